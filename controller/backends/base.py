@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from controller.core.devices.inventory import Inventory
+from controller.core.imagepulls import ImageWait
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.pulls import PullView
 from controller.core.render import Rendered
@@ -143,13 +144,15 @@ class Backend(Protocol):
         ``failed``)."""
         ...
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
         """Why a start of ``spec`` waits for what it runs from (its container image not on
         the node yet, or its pull failed), else None. A look only: nothing started. The
         planner sees it abstractly (``Observed.fetching``): such a start holds nothing and
         preempts nobody until it is there. ``starting``: how many of its instances this
-        pass may place (a cluster looks on every node one may land on by preempting when
-        they may not all fit in the room there is)."""
+        pass may place (a cluster looks on every node one may land on when they may not
+        all fit in the room there is: those with room, and those where one lands by
+        preempting; the wait's ``room`` is how many the nodes with room that hold it
+        take meanwhile)."""
         ...
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:

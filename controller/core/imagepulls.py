@@ -1,10 +1,13 @@
-"""What a failed image pull's message says to a wait: whether retrying can fix it. Pure.
+"""What a failed image pull's message says to a wait: whether retrying can fix it; and
+what a start waiting for its image may do meanwhile (``ImageWait``). Pure.
 
 The local backend writes the message (``cannot pull image IMAGE: <the runtime's words>;
 <the next move>``); ``--wait`` reads it from the record to decide whether to wait on.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 FAILED = "cannot pull image "  # how a record's message of a failed image pull begins
 # The runtime's words for a pull no retry fixes (podman's and docker's): a name, tag or
@@ -19,6 +22,17 @@ FINAL_WORDS = (
     "no basic auth credentials",
     "invalid reference format",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ImageWait:
+    """Why a deployment's starts wait for their image (``Observed.fetching``), and how
+    many of them may be placed meanwhile (``room``): a cluster's nodes with room that hold
+    it take that many, into their free room alone; the others wait, as they may land only
+    by preempting, where a node lacks it. One node: 0 (there or not, for every start)."""
+
+    why: str
+    room: int = 0
 
 
 def failed(message: str) -> bool:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from controller.core.devicefaults import DeviceFault, Measured
 from controller.core.elapsed import BootClock, elapsed
+from controller.core.imagepulls import ImageWait
 from controller.core.manifest import backendnames
 from controller.core.manifest.quantity import format_age
 from controller.core.pulls import PullView
@@ -502,8 +503,9 @@ class Observed:
     pulls: Mapping[str, PullView] = field(default_factory=dict)  # model cache key -> its pull
     # Deployment -> why its start waits for what the backend fetches before it can run
     # (a container image not on the node yet, or whose pull failed): such a start holds
-    # nothing and preempts nobody until it is there (planner/pulling.py, a Fetch).
-    fetching: Mapping[str, str] = field(default_factory=dict)
+    # nothing and preempts nobody until it is there (planner/pulling.py, a Fetch); but
+    # the wait's ``room`` starts, placed into free room on nodes that hold it.
+    fetching: Mapping[str, ImageWait] = field(default_factory=dict)
     # Devices NVML reported a critical fault on (devicefaults.py): nothing is placed there
     # and what holds one is moved, until `reconcile devices --clear`.
     unhealthy: Mapping[str, DeviceFault] = field(default_factory=dict)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pydantic
 
 from controller.backends.base import Backend, Puller
+from controller.core.imagepulls import ImageWait
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import DeploymentSpec, Entry, next_name
@@ -69,28 +70,26 @@ def failing(
 
 def fetching(
     backend: Backend, desired: Desired, records: Mapping[str, RecordView], now: datetime
-) -> dict[str, str]:
+) -> dict[str, ImageWait]:
     """Deployment -> why its start waits for what the backend fetches first (its image;
     ``Observed.fetching``). Asked only of deployments that may be placed now (an
     instance with no record, Pending, Pulling, Idle, or whose back-off holding nothing
     is over), so a Ready engine's pass costs no runtime call (but for the pass that plans
-    its rolling update on this node, whose words say the pull comes first). Once per
-    deployment, with how many of its instances may start (a cluster looks wider when
-    they may not all fit without preempting)."""
+    its rolling update, whose words say the pull comes first: on a cluster, on the node
+    the look picked, where the launch goes). Once per deployment, with how many of its
+    instances may start (a cluster looks wider when they may not all fit without
+    preempting)."""
     instances = desired.instances()
     # a rolling update's `@next` whose pull failed is placed afresh after its back-off too
     nexts = {n: instances[instance_of(n)] for n in records if instance_of(n) in instances}
     starting: dict[str, list[Entry]] = {}
-    # A cluster's look picks the nodes its fetch and a recreate's prepare then use: only
-    # this node's backend is asked of a roll to come, for its words alone.
-    local = not backend.places_engines
     for name, entry in {**instances, **nexts}.items():
         rec = records.get(name)
         if entry.deployment.spec.container is not None and (
-            _may_start(rec, now) or (local and _rolls(rec, entry, records))
+            _may_start(rec, now) or _rolls(rec, entry, records)
         ):
             starting.setdefault(entry.name, []).append(entry)
-    out: dict[str, str] = {}
+    out: dict[str, ImageWait] = {}
     for name, entries in starting.items():
         why = backend.fetching(entries[0].deployment.spec, len(entries))
         if why is not None:
@@ -101,7 +100,8 @@ def fetching(
 def _rolls(rec: RecordView | None, entry: Entry, records: Mapping[str, RecordView]) -> bool:
     """A Ready engine whose spec changed and whose `@next` is not started yet: a rolling
     update's new instance pulls its image before it takes a device or port, which the
-    plan's words say (the state is the launch's: it holds nothing while it pulls)."""
+    plan's words say (the state is the launch's: it holds nothing while it pulls; on a
+    cluster, the actor pulls on its node, the one the look picked for the launch)."""
     if entry.deployment.spec.strategy != "RollingUpdate" or rec is None:
         return False
     if rec.record.phase is not Phase.READY or rec.record.spec_hash == entry.hash:

@@ -48,6 +48,7 @@ from controller.core.actions import (
     Start,
     Stop,
 )
+from controller.core.imagepulls import ImageWait
 from controller.core.manifest.names import replica_name
 from controller.core.manifest.specs import Entry, next_name, spec_hash
 from controller.core.plan import Desired, plan
@@ -347,6 +348,9 @@ def test_property_a_serving_engine_is_never_stopped_for_files_not_in_the_cache(
 
 PULLING_IMAGE = "pulling image 127.0.0.1:1/x:1 (podman)"
 a_high = entry("a", priority=5, **GPU1)
+a_pair = entry("a", priority=5, replicas=2, **GPU1)
+c_higher = entry("c", priority=9, **GPU1)
+ON_BARE = ImageWait(f"{PULLING_IMAGE} on Ray node 0a1b2c3d", room=1)
 
 FETCH_CASES = [
     pytest.param(
@@ -355,7 +359,7 @@ FETCH_CASES = [
             observed(
                 view(pull_backoff(spec=a_high)),
                 holding("b", b_gpu, "nvidia:0", 8000),
-                fetching={"a": PULLING_IMAGE},
+                fetching={"a": ImageWait(PULLING_IMAGE)},
             ),
             expect=((Fetch, "a", PULLING_IMAGE),),
             inv=ONE,
@@ -365,7 +369,9 @@ FETCH_CASES = [
     pytest.param(
         Case(
             desired(a_high, b_gpu),
-            observed(holding("b", b_gpu, "nvidia:0", 8000), fetching={"a": PULLING_IMAGE}),
+            observed(
+                holding("b", b_gpu, "nvidia:0", 8000), fetching={"a": ImageWait(PULLING_IMAGE)}
+            ),
             expect=((Fetch, "a", PULLING_IMAGE),),
             inv=ONE,
         ),
@@ -392,7 +398,7 @@ FETCH_CASES = [
             observed(
                 view(record("a", spec=a_gpu, phase=Phase.PULLING, port=None)),
                 view(record("b", spec=b_gpu, phase=Phase.PENDING, port=None)),
-                fetching={"a": f"{PULLING_IMAGE}: Copying blob"},
+                fetching={"a": ImageWait(f"{PULLING_IMAGE}: Copying blob")},
             ),
             expect=(
                 (Start, "b", "retrying placement: nvidia:0"),
@@ -405,10 +411,30 @@ FETCH_CASES = [
     pytest.param(
         Case(
             desired(a_gpu),
-            observed(view(pull_backoff(due=False)), fetching={"a": PULLING_IMAGE}),
+            observed(view(pull_backoff(due=False)), fetching={"a": ImageWait(PULLING_IMAGE)}),
             inv=ONE,
         ),
         id="image-back-off-not-over-waits",
+    ),
+    # A cluster's node with room holds the image, one where a preempting start lands
+    # does not (ImageWait.room = 1): the start that fits is placed, the other waits.
+    pytest.param(
+        Case(
+            desired(a_pair, b_gpu),
+            observed(holding("b", b_gpu, "nvidia:0", 8000), fetching={"a": ON_BARE}),
+            expect=((Start, "a", "nvidia:1"), (Fetch, "a@1", ON_BARE.why)),
+            inv=TWO,
+        ),
+        id="image-on-the-node-with-room-places-what-fits-there",
+    ),
+    pytest.param(
+        Case(
+            desired(a_high, b_gpu, c_higher),
+            observed(holding("b", b_gpu, "nvidia:0", 8000), fetching={"a": ON_BARE}),
+            expect=((Start, "c", "nvidia:1"), (Fetch, "a", ON_BARE.why)),
+            inv=TWO,
+        ),
+        id="image-room-a-higher-start-took-waits-and-preempts-nobody",
     ),
 ]
 
@@ -428,10 +454,14 @@ def test_property_a_start_whose_image_is_not_here_never_preempts_and_holds_nothi
     Fetch, which holds nothing, and the others are placed as if it were not there."""
     names = sorted(scenario.desired.entries)
     missing = data.draw(st.lists(st.sampled_from(names), unique=True))
-    seen = replace(scenario.observed, fetching={n: PULLING_IMAGE for n in missing})
+    room = data.draw(st.integers(min_value=0, max_value=2))  # starts a node with room takes
+    waits = {n: ImageWait(PULLING_IMAGE, room=room) for n in missing}
+    seen = replace(scenario.observed, fetching=waits)
     actions = plan(scenario.desired, seen, scenario.inventory, NOW)
     shown = [a.describe() for a in actions]
-    assert not [a for a in actions if isinstance(a, Start) and a.entry.name in missing], shown
+    for name in missing:  # into free room alone, as many as the nodes holding it take
+        started = [a for a in actions if isinstance(a, Start) and a.entry.name == name]
+        assert len(started) <= room, shown
     assert not [a for a in actions if isinstance(a, Preempt) and a.by in missing], shown
     for fetch in (a for a in actions if isinstance(a, Fetch)):
         assert fetch.entry.name in missing and fetch.name not in _holders(seen), shown

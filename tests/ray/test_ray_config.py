@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -26,6 +27,27 @@ def test_unreachable_cluster_exits_1_and_touches_no_record(reconcile: Any) -> No
     before = reconcile.record_path("web").read_bytes()
     got = reconcile("--once", "--backend", "ray", "--ray-address", "127.0.0.1:9", check=1)
     assert "cannot reach the Ray cluster at 127.0.0.1:9" in got.err
+    assert reconcile.record_path("web").read_bytes() == before
+    reconcile.down()
+
+
+def test_a_head_that_takes_connections_but_says_nothing_is_said_gone_in_seconds(
+    reconcile: Any,
+) -> None:
+    """A GCS whose process is stopped (or whose host froze) still takes connections, in its
+    kernel: the head was checked by a TCP connect alone, so the driver's join waited out
+    its 90 s before saying it did not join (and a pass's look its 40 s). The GCS process is
+    asked now (an HTTP/2 preface, which a running one answers at once): exit 1 in
+    seconds, saying so and the next move, no record touched."""
+    reconcile.write("web")
+    reconcile.converge()  # a local record exists
+    before = reconcile.record_path("web").read_bytes()
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        got = reconcile("--once", "--backend", "ray", "--ray-address", address, check=1)
+    said = f"Ray cluster at {address}: the Ray cluster did not answer: its GCS took a connection"
+    assert said in got.err and "said nothing in 5s" in got.err, got.err
+    assert "ray start --head" in got.err and "Traceback" not in got.err, got.err
     assert reconcile.record_path("web").read_bytes() == before
     reconcile.down()
 

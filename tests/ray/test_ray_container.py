@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import urllib.request
@@ -312,18 +313,25 @@ def bare(cluster: Any, podman: Engine, tmp_path: Path) -> Iterator[str]:  # noqa
 HELD = ["low", "keep-1", "keep-2", "web"]
 
 
-def _held_but_low(rc: Reconcile, web: dict[str, Any], bare: str, pids: list[int]) -> dict[str, Any]:
-    """Every GPU held: `low` (priority 0) on `bare`, `keep-1` and `keep-2` (priority 10)
-    and `web` (``web``: one replica) on the other nodes, all Ready, their pids added to
-    ``pids``; the image's note names web's node (it holds the image), as an earlier pass's
-    pull there left it: the node the look went to. Their records."""
+def _held_but_low(
+    rc: Reconcile,
+    web: dict[str, Any],
+    bare: str,
+    pids: list[int],
+    keeps: tuple[str, ...] = ("keep-1", "keep-2"),
+) -> dict[str, Any]:
+    """Every GPU held (one free with one of ``keeps`` fewer): `low` (priority 0) on
+    `bare`, ``keeps`` (priority 10) and `web` (``web``: one replica) on the other nodes,
+    all Ready, their pids added to ``pids``; the image's note names web's node (it holds
+    the image), as an earlier pass's pull there left it: the node the look went to. Their
+    records."""
     rc.write("low", command=ENGINE, devices=GPU, nodeSelector=BARE)
     rc.converge(timeout="120s")  # first: the keeps and web go to the other nodes
-    for name in ("keep-1", "keep-2"):
+    for name in keeps:
         rc.write(name, command=ENGINE, devices=GPU, priority=10)
     rc.write("web", **web)
     rc.converge(timeout="120s")
-    before = {name: rc.record(name) for name in HELD}
+    before = {name: rc.record(name) for name in ["low", *keeps, "web"]}
     assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
     pids += [r["ref"]["pid"] for r in before.values() if r is not None]
     assert before["low"]["node"] == bare and before["web"]["node"] != bare, before
@@ -370,6 +378,66 @@ def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
         preempted = [e for n in names for e in rc.events(n) if e.get("action") == "preempt"]
         assert preempted == []
         assert {a["name"].partition(".")[0] for a in ours()} == set(names)  # none of web@1
+    finally:
+        _all_down(rc, pids)
+
+
+def test_the_replica_that_fits_where_its_image_is_starts_while_the_one_to_preempt_waits(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    bare: str,
+) -> None:
+    """As above with one `keep` fewer: a GPU node is free, and holds the image (this
+    box's podman storage). web is scaled to 3: web@1 fits in the free node's room, and
+    web@2 can only run by preempting low, on bare, which cannot get the image. The look
+    is per node: in the first pass (a node's look not answered in time: the next) web@1
+    is placed on the free node, while web@2 waits for the image holding nothing; its pull
+    on bare fails and it backs off, low runs on, and web@1 gets Ready. The look answered
+    once for the deployment: web@1 waited with web@2 (Pulling, then BackOff) for as long
+    as bare could not get the image."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    container = {"image": podman.image, "runtime": "podman"}
+    web = {"command": STANDIN, "container": container, "devices": GPU, "priority": 5,
+           "stopGracePeriodSeconds": 2}  # fmt: skip
+    names = ["low", "keep-1", "web"]
+    pids: list[int] = []
+    try:
+        before = _held_but_low(rc, web, bare, pids, keeps=("keep-1",))
+        gpu_nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")}
+        (free,) = gpu_nodes - {r["node"] for r in before.values()}
+        rc.write("web", replicas=3, **web)
+
+        def held() -> dict[str, Any] | None:  # the first pass, but for a look not answered
+            rc.once(check=None)
+            rec = rc.record("web@1")
+            return rec if rec is not None and rec["devices"] else None
+
+        placed = wait_for(held, timeout=120, what="web@1 placed")
+        assert placed["node"] == free, (placed, free)
+        waiting = rc.record("web@2")
+        assert waiting is not None and waiting["phase"] in ("Pulling", "BackOff"), waiting
+        assert waiting["devices"] == [] and waiting["port"] is None, waiting
+        failed = backed_off(rc, "web@2", 0)
+        assert failed["message"].startswith(f"cannot pull image {podman.image}: "), failed
+        assert failed["message"].endswith(f"on Ray node {bare[:8]}"), failed
+        assert failed["devices"] == [] and failed["port"] is None, failed
+
+        def ready() -> dict[str, Any] | None:  # `--wait` ends at web@2's back-off
+            rc.once(check=None)
+            rec = rc.record("web@1")
+            return rec if rec is not None and rec["phase"] == "Ready" else None
+
+        up = wait_for(ready, timeout=120, what="web@1 Ready")
+        assert up["node"] == free and up["nonce"] == placed["nonce"], (up, placed)
+        pids.append(up["ref"]["pid"])
+        for name in names:
+            kept = rc.record(name)
+            assert kept is not None and kept["phase"] == "Ready", kept
+            assert kept["ref"] == before[name]["ref"] and kept["restarts"] == 0, kept
+        preempted = [e for n in names for e in rc.events(n) if e.get("action") == "preempt"]
+        assert preempted == []
     finally:
         _all_down(rc, pids)
 
@@ -542,5 +610,47 @@ def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_eng
         preempted = [e for n in lows for e in rc.events(n) if e.get("action") == "preempt"]
         assert preempted == []
         assert len([a for a in ours() if a["name"].startswith("web")]) == 1  # the old one's
+    finally:
+        _all_down(rc)
+
+
+def test_a_ray_roll_whose_image_is_not_on_its_node_says_it_pulls_first(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    registry: Registry,  # noqa: F811
+) -> None:
+    """`web` (RollingUpdate, one GPU, a container) runs, with GPU nodes free; its image is
+    edited to one no node has (a tag its registry lacks). `plan` and the `roll` event said
+    `web@next` took a GPU and a port ("beside the old: nvidia:N/0, port P") while its actor
+    pulled the image on its node holding nothing: they say the pull comes first, on the
+    node the look picked, and what it takes once pulled, as on one host; the launch goes to
+    that node and pulls there, `web@next` holding nothing, web serving on."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    image = f"{registry.address}/reconcile-test/engine:2"  # a tag it does not have
+    web = {"command": STANDIN, "devices": GPU, "strategy": "RollingUpdate",
+           "stopGracePeriodSeconds": 2}  # fmt: skip
+    words = re.compile(
+        rf"web@next beside the old: pulling image {re.escape(image)} \(podman\) on Ray node "
+        r"(\w{8}) first; once pulled it takes nvidia:\w{8}/0, port \d+"
+    )
+    try:
+        rc.write("web", container={"image": podman.image, "runtime": "podman"}, **web)
+        rc.converge(timeout="120s")
+        before = rc.record("web")
+        assert before is not None and before["phase"] == "Ready", before
+        rc.write("web", container={"image": image, "runtime": "podman"}, **web)
+        planned = rc("plan", check=None).out
+        said = words.search(planned)
+        assert said is not None, planned
+        rc.once(check=None)
+        rolls = [e["reason"] for e in rc.events("web") if e.get("action") == "roll"]
+        assert len(rolls) == 1 and words.search(rolls[0]), rolls
+        nxt = rc.record("web@next")
+        assert nxt is not None and nxt["devices"] == [] and nxt["port"] is None, nxt
+        assert nxt["message"].endswith(f"on Ray node {said[1]}"), (nxt, said[1])
+        now = rc.record("web")
+        assert now is not None and now["phase"] == "Ready" and now["ref"] == before["ref"], now
     finally:
         _all_down(rc)

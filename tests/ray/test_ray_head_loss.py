@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 import pytest
 from procs import alive, free_ports, release_ports, wait_for
 from rayhelp import OwnCluster, engines_gone, ray_engines
+
+from controller.backends.ray.proxy import LOOK
 
 MB = 1 << 20
 GPU = {"count": 1, "kind": "nvidia"}
@@ -169,8 +172,9 @@ def test_a_head_that_answers_again_keeps_its_engines_adopted_not_started_twice(
     head: Head, reconcile: Reconcile
 ) -> None:
     """The GCS stopped (SIGSTOP: its port still accepts, its calls never answer), then
-    going on: a Ray call past its deadline ends only the daemon's driver; the actors
-    lived on, so the next pass's new driver adopts them as they are."""
+    going on: the daemon's driver is ended, its GCS asked directly (it does not answer),
+    before a look's deadline (a Ray call waited out its 40 s first); the actors lived on,
+    so the next pass's new driver adopts them as they are."""
     rc = reconcile
     rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=head.cluster.address)
     rc.write("w", command=ENGINE, devices=GPU)
@@ -185,13 +189,16 @@ def test_a_head_that_answers_again_keeps_its_engines_adopted_not_started_twice(
         )
         gcs = head.gcs()
         gcs.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
         try:
             marked = wait_for(
                 lambda: UNKNOWN in rc.status()["w"]["message"] and rc.status()["w"],
                 timeout=120,
                 what="w marked unknown",
             )
-            assert "did not answer" in marked["message"], marked  # a deadline, not a hang
+            took = time.monotonic() - stopped
+            assert "its GCS took a connection and said nothing" in marked["message"], marked
+            assert took < LOOK, (took, marked)  # known by asking the GCS, not at a deadline
             assert alive(before["pid"]) and daemon.poll() is None, log.read_text()
         finally:
             gcs.send_signal(signal.SIGCONT)

@@ -32,6 +32,7 @@ from controller import failpoints
 from controller.backends.base import ExitStatus, Held, StartRequest, engine_env
 from controller.backends.local import execgate
 from controller.core.devices.inventory import Inventory
+from controller.core.imagepulls import ImageWait
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.specs import DeploymentSpec
@@ -252,9 +253,10 @@ class LocalBackend:
         # One node: the new engine starts where the running one runs.
         return None if spec.container is None else self.containers.prepared(spec)
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
         # One node: the image is here or not for every instance alike.
-        return None if spec.container is None else self.containers.fetching(spec)
+        why = None if spec.container is None else self.containers.fetching(spec)
+        return None if why is None else ImageWait(why)
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         return None if spec.container is None else self.containers.fetch(spec)

@@ -39,7 +39,7 @@ from controller.backends.ray.imagefetch import ImageFetch
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.backends.ray.pulls import RayPuller
 from controller.core.devices.inventory import Inventory
-from controller.core.imagepulls import FAILED
+from controller.core.imagepulls import FAILED, ImageWait
 from controller.core.manifest.names import base_name
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
@@ -107,7 +107,7 @@ class RayBackend(OnTheirNodes):
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count, spec.node_selector)
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
         """Why a start waits for its image on a node it may run on (imagefetch.py): it
         is placed, and preempts, only once the image is there."""
         if spec.container is None:
@@ -270,17 +270,23 @@ class RayBackend(OnTheirNodes):
 
         A replica goes to a node none of its siblings is on, where one has room: Ray's
         SPREAD alone is per driver, and every pass is a new one, so three replicas
-        launched by two passes landed on two nodes. ``soft``: if that node cannot take
-        it after all, Ray places it anywhere. One replica: Ray's default packing."""
+        launched by two passes landed on two nodes. Not to one the pass's look found
+        without its image (imagefetch.py) while another has room. ``soft``: if that node
+        cannot take it after all, Ray places it anywhere. One replica: Ray's default
+        packing."""
         if spec.replicas <= 1 and spec.autoscale is None:
             return "DEFAULT"
+        lacking = self._images.lacking(spec) if spec.container is not None else set()
         with self._placing:
             taken = self._siblings(name)
             live = cluster.selected(cluster.nodes(), spec.node_selector)
             fits = [n for n in live if n.free_gpus >= spec.devices.count]
             if not fits:
                 return "SPREAD"
-            node = min(fits, key=lambda n: (taken[n.node_id], -n.free_gpus, n.node_id)).node_id
+            node = min(
+                fits,
+                key=lambda n: (n.node_id in lacking, taken[n.node_id], -n.free_gpus, n.node_id),
+            ).node_id
             self._nodes[name] = node  # claimed now: a concurrent sibling's launch sees it
         return _soft_pin(node)
 

@@ -8,6 +8,11 @@ a deadline. The child gone, or a deadline missed (the child is then killed), tha
 raises :class:`BackendUnavailable`: the pass fails having moved nothing, and the next
 call starts a new child, which joins the cluster afresh (a head that came back is a new
 session to a driver). Detached actors, and their engines, live on without any driver.
+
+A deadline is sized for a slow answer (a loaded cluster), not for none: a head that is
+gone is known sooner by asking its GCS process itself (``address.answers``), before a
+pass's first call and every ``PROBE_EVERY`` a call waits, so a lost or stopped head
+fails the pass in seconds, whatever the call's deadline.
 """
 
 from __future__ import annotations
@@ -18,15 +23,17 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from multiprocessing.connection import Connection
 from typing import Any
 
-from controller.backends.ray.address import reachable
+from controller.backends.ray.address import answers, reachable
 from controller.errors import BackendUnavailable
 
 JOIN_TIMEOUT = 90.0  # the child started, Ray imported, ray.init done (a loaded box: slow)
+PROBE_EVERY = 2.0  # a call unanswered this long asks the GCS whether it runs (most end sooner)
 NEXT_MOVE = (
     "nothing was started or stopped; the engines' state is unknown until it answers:"
     " bring the Ray head back (`ray start --head`), the next pass adopts what survived"
@@ -79,19 +86,40 @@ class Driver:
                 child.waiting.pop(ident, None)
                 raise self._gone(f"the Ray driver process is gone ({exc})") from exc
         try:
-            return answer.result(timeout)
-        except FutureTimeout:
+            return self._answer(answer, timeout)
+        except FutureTimeout as late:
             child.waiting.pop(ident, None)
             self._stop(child)  # a Ray call blocked: the GCS is down, or the network
-            raise self._gone(f"the Ray cluster did not answer {method} in {timeout:g}s") from None
+            raise self._gone(f"the Ray cluster did not answer {method}{late}") from None
+
+    def _answer(self, answer: Future[Any], timeout: float) -> Any:
+        """``answer``'s value within ``timeout``, the GCS asked every PROBE_EVERY meanwhile
+        whether it runs; else FutureTimeout with the words after "did not answer": why
+        its head is gone, or the deadline."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(FutureTimeout):
+                return answer.result(min(PROBE_EVERY, left))
+            if (why := answers(self.address)) is not None:
+                raise FutureTimeout(f": {why}")
+        if answer.done():
+            return answer.result()
+        raise FutureTimeout(f" in {timeout:g}s")
 
     def check(self) -> None:
-        """A plain TCP connect to the head's GCS: a closed port fails now, not at a deadline."""
+        """The head's GCS asked directly: a closed port, or a process that does not answer,
+        fails now, not at a deadline."""
         try:
-            reachable(self.address)
+            self._answering()
         except BackendUnavailable:
             self.stop()  # its Ray calls would block; the next call joins afresh
             raise
+
+    def _answering(self) -> None:
+        reachable(self.address)  # its words name the address and the next move
+        why = answers(self.address)
+        if why is not None:
+            raise self._gone(f"the Ray cluster did not answer: {why}")
 
     def stop(self) -> None:
         with self._lock:
@@ -115,7 +143,7 @@ class Driver:
             if self._child is not None:
                 self._child.stop()
                 self._child = None
-            reachable(self.address)
+            self._answering()  # ray.init waits out JOIN_TIMEOUT on a head that is gone
             ours, theirs = socket.socketpair()
             fd = theirs.fileno()
             proc = subprocess.Popen(

@@ -16,9 +16,12 @@ GPUs (a node with room before one without); the launch asks Ray for it (a soft p
 A start the room there is cannot take is placed by preempting, and lands where its victim
 ran: the planner pools the cluster's GPUs and picks the victim, so which node is known
 only once it is stopped. So when the instances that may start outnumber the room, the
-look and the pull are also on every node that runs an engine of lower priority (a
-replica past the first, a single instance whose noted node is full): none is preempted
-before the image is on the node it frees.
+look and the pull are on every node with room and every node that runs an engine of
+lower priority (a replica past the first, a single instance whose noted node is full):
+none is preempted before the image is on the node it frees. The answer is per node: while
+one of them lacks the image, as many starts as the room on the nodes that hold it takes
+are placed, into that room alone (``ImageWait.room``; their launch goes there), and the
+others wait.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from controller.backends.local.container import Wrapper
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import node_root
 from controller.backends.ray.imagenodes import ImageNodes
+from controller.core.imagepulls import ImageWait
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.render import container_image
 from controller.errors import ContainerError
@@ -93,21 +97,34 @@ class ImageFetch:
         self._looked: dict[str, str] = {}
         # Image key -> every node the last look asked: the fetch that follows pulls there.
         self._asked: dict[str, list[cluster.Node]] = {}
+        # Image key -> the nodes the last look found without it: a replica's launch
+        # goes elsewhere where it can (backend.py).
+        self._lacking: dict[str, set[str]] = {}
 
-    def fetching(self, spec: DeploymentSpec, starting: int, below: Collection[str]) -> str | None:
+    def fetching(
+        self, spec: DeploymentSpec, starting: int, below: Collection[str]
+    ) -> ImageWait | None:
         """Why a start of ``spec`` waits for its image on a node that may run it: one of
-        ``starting`` instances, where ``below`` are the nodes of lower-priority engines."""
+        ``starting`` instances, where ``below`` are the nodes of lower-priority engines;
+        with how many may go meanwhile into the room of the nodes that hold it."""
         nodes = self._nodes(spec, starting, below)
         if not nodes:  # no node can take it: the placement says so
             return None
-        self._looked[image_key(spec)] = nodes[0].node_id
-        self._asked[image_key(spec)] = nodes
+        key, count = image_key(spec), spec.devices.count
+        self._looked[key] = nodes[0].node_id
+        self._asked[key] = nodes
+        self._lacking[key] = lacking = set()
+        waits: list[str] = []
+        room = 0
         for node, said in zip(nodes, self._ask_each(nodes, _look, spec), strict=True):
-            if isinstance(said, NoAnswer):
-                return str(said)
+            if isinstance(said, NoAnswer):  # not known there: nothing is placed meanwhile
+                return ImageWait(str(said))
             if said is not None:
-                return f"{said} on Ray node {naming.short(node.node_id)}"
-        return None
+                waits.append(f"{said} on Ray node {naming.short(node.node_id)}")
+                lacking.add(node.node_id)
+            elif count and node.free_gpus >= count:
+                room += int(node.free_gpus // count)
+        return ImageWait(waits[0], room=min(room, starting)) if waits else None
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         """Start (or read) its pull on each node the last look asked (:meth:`_pulls`)."""
@@ -193,14 +210,19 @@ class ImageFetch:
         self, spec: DeploymentSpec, starting: int, below: Collection[str]
     ) -> list[cluster.Node]:
         """The nodes ``starting`` instances of ``spec`` may run on: the best one, and
-        when the room there is cannot take them all, every node of ``below`` (the nodes
-        of lower-priority engines), where one preempting lands."""
+        when the room there is cannot take them all, every node with room and every node
+        of ``below`` (the nodes of lower-priority engines), where one preempting lands."""
         fits = self._fits(spec)
         count = spec.devices.count
         room = sum(int(n.free_gpus // count) for n in fits) if count else starting
         if not fits or room >= starting:
             return fits[:1]
-        return [fits[0], *(n for n in fits[1:] if n.node_id in below)]
+        roomy = [n for n in fits if n.free_gpus >= count] or fits[:1]  # best first
+        return [*roomy, *(n for n in fits if n.node_id in below and n not in roomy)]
+
+    def lacking(self, spec: DeploymentSpec) -> set[str]:
+        """The nodes the last look found without ``spec``'s image."""
+        return self._lacking.get(image_key(spec), set())
 
     def _ask_each(
         self, nodes: Sequence[cluster.Node], task: Any, spec: DeploymentSpec

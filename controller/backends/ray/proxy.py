@@ -18,11 +18,14 @@ from controller.backends.base import ExitStatus, Held, StartRequest
 from controller.backends.ray import driver
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.core.devices.inventory import Inventory
+from controller.core.imagepulls import ImageWait
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.pulls import PullView
 from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
 
-# Deadlines, each past what the call waits for in the driver (backend.py's timeouts):
+# Deadlines, each past what the call waits for in the driver (backend.py's timeouts), for
+# a cluster that answers slowly: a head that is gone is known sooner, its GCS asked
+# directly while a call waits (driver.py), so these are not what a user waits for then.
 QUICK = 20.0  # what the last look saw, a log read (capped at 10 s there), a fit check
 LOOK = 40.0  # a look: the actors' listing and one round of status calls (2 s)
 PLACE = 120.0  # a launch: an actor placed (60 s), or killed after all (15 s)
@@ -60,8 +63,8 @@ class RayProxy(OnTheirNodes):
         got: str | None = self._call("unplaceable", spec)
         return got
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
-        got: str | None = self._call("fetching", spec, starting, timeout=FETCH)
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
+        got: ImageWait | None = self._call("fetching", spec, starting, timeout=FETCH)
         return got
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:

@@ -179,11 +179,14 @@ class Context:
 @dataclass(frozen=True, slots=True)
 class Want:
     """Start ``entry`` as record ``name`` (default: the deployment's own name, replica 0):
-    placed once every record is judged, highest priority first."""
+    placed once every record is judged, highest priority first. ``room_only``: its image
+    is not on every node it may land on (``ImageWait.room``): placed into free room alone,
+    else it waits for the image, saying this, holding nothing and preempting nobody."""
 
     entry: Entry
     why: str
     name: str | None = None
+    room_only: str | None = None
 
     @property
     def record(self) -> str:

@@ -1,13 +1,14 @@
 """The starts of one plan, highest priority first: each wanted deployment gets a Start,
 an OnDemand swap (Parks and a Hold), a preemption (a Start and Preempts), or a Hold
-(memory-packed engines also wait their turn on a shared device: ``planner/turns.py``).
+(memory-packed engines also wait their turn on a shared device: ``planner/turns.py``);
+a start whose image some node lacks (``Want.room_only``) a Start or a Fetch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controller.core.actions import AnyAction, Hold, Preempt
+from controller.core.actions import AnyAction, Fetch, Hold, Preempt
 from controller.core.devices.victims import Victim
 from controller.core.manifest.names import replica_of
 from controller.core.planner.context import Context, Want
@@ -53,6 +54,8 @@ def _place(
     start = ledger.start(entry, want.why, record=want.record, in_turn=True)
     if not isinstance(start, Hold) or start.name in ledger.waiting_turn:
         return [start]  # a start that waits its turn on a device preempts nobody
+    if want.room_only is not None:  # a swap or a preemption frees a node lacking its image
+        return [Fetch(name=want.record, reason=want.room_only, entry=entry)]
     # Idle OnDemand engines are parked for any start, as the README says (a new deployment,
     # a replica `replicas` or the autoscaler asks for, an OnDemand start): before a
     # preemption, which stops an engine at work.

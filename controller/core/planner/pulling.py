@@ -6,16 +6,19 @@ or a :class:`Hold` (Pending) when the last pull found too little disk; a
 :class:`Prefetch` (a Ready engine's recreate) a Pull that writes no record while the
 engine serves, or its Replace once the files are there. A start whose container image
 the backend has not fetched yet (``Observed.fetching``) becomes a :class:`Fetch`, which
-holds nothing either and preempts nobody. A failed pull
+holds nothing either and preempts nobody, but for the first few a cluster's nodes with
+room that hold it take (its ``room``): placed into that room alone. A failed pull
 waits out the usual back-off (``backoff(attempts)``: 10 s, 20 s ... 300 s); a dead one
 (its process gone, no result) is resumed at once, as a first restart is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 from controller.core.actions import Fetch, Hold, Pull, Replace
+from controller.core.manifest.names import replica_of
 from controller.core.manifest.specs import Entry, next_name
 from controller.core.planner.context import Context, Gated, Judged, Prefetch, Roll, Want
 from controller.core.planner.lifecycle import backoff
@@ -26,6 +29,7 @@ def gate(ctx: Context, judged: list[Judged]) -> list[Gated]:
     """``judged`` with every start that needs a pull turned into one, and every
     Prefetch into its pull, or into its Replace once the files are there."""
     waiting = _waiting(judged)
+    roomy = _into_room(ctx, judged)
     spawned: set[str] = set()  # one pull process per key and plan
     out: list[Gated] = []
     for item in judged:
@@ -35,7 +39,7 @@ def gate(ctx: Context, judged: list[Judged]) -> list[Gated]:
         source = item.entry.deployment.spec.source
         view = ctx.observed.pulls.get(source.key) if source is not None else None
         if source is None or (view is not None and view.cached):
-            out.append(_fetch(ctx, _replace(item)))
+            out.append(_fetch(ctx, _replace(item), roomy))
             continue
         out.append(_pull(ctx, item, view or PullView(key=source.key), spawned, waiting))
     return out
@@ -49,17 +53,37 @@ def _replace(item: Want | Roll | Prefetch) -> Want | Roll | Replace:
     return Replace(name=item.name, reason=item.why, fields=item.fields, entry=item.entry)
 
 
-def _fetch(ctx: Context, item: Want | Roll | Replace) -> Want | Roll | Replace | Fetch:
+def _fetch(
+    ctx: Context, item: Want | Roll | Replace, roomy: frozenset[str]
+) -> Want | Roll | Replace | Fetch:
     """A start whose container image (``Observed.fetching``: whatever the backend fetches
     first) is not on the node waits for it holding nothing: it is placed, and may preempt,
     only once it is there, so a pull that fails again and again stops no healthy engine
-    and a pull in progress keeps no GPU from the starts sorted after it."""
+    and a pull in progress keeps no GPU from the starts sorted after it. One of ``roomy``
+    goes into free room on a node that holds it, or waits so (placing.py)."""
     if not isinstance(item, Want):
         return item  # a Roll's and a Replace's image: the backend's ``prepared``
-    why = ctx.observed.fetching.get(item.entry.name)
-    if why is None:
+    wait = ctx.observed.fetching.get(item.entry.name)
+    if wait is None:
         return item
-    return Fetch(name=item.record, reason=why, entry=item.entry)
+    if item.record in roomy:
+        return dataclasses.replace(item, room_only=wait.why)
+    return Fetch(name=item.record, reason=wait.why, entry=item.entry)
+
+
+def _into_room(ctx: Context, judged: list[Judged]) -> frozenset[str]:
+    """The starts the nodes with room that hold their image take meanwhile (each waiting
+    deployment's ``ImageWait.room``): its first, in the order placing takes them."""
+    wants: dict[str, list[str]] = {}
+    for item in judged:
+        if isinstance(item, Want):
+            wants.setdefault(item.entry.name, []).append(item.record)
+    out: set[str] = set()
+    for name, records in wants.items():
+        wait = ctx.observed.fetching.get(name)
+        if wait is not None and wait.room:
+            out.update(sorted(records, key=replica_of)[: wait.room])
+    return frozenset(out)
 
 
 def _pull(

@@ -152,7 +152,7 @@ def _fetched_first(ctx: Context, start: Start, said: str) -> Start:
     if first is None:
         return start
     taken = start.reason.removeprefix(f"{said}: ")
-    reason = f"{said}: {first} first; once pulled it takes {taken}"
+    reason = f"{said}: {first.why} first; once pulled it takes {taken}"
     return dataclasses.replace(start, reason=reason)
 
 
