@@ -342,6 +342,13 @@ def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
             " no password given in a URL: give the same --git URL again (or git.url in"
             " node.yaml), or set up a git credential helper for reconcile's user"
         )
+    if "Authentication failed" in str(exc):  # git sent credentials; the remote said no
+        return GitFailed(
+            f"{exc}: the remote refused the credentials git sent (a wrong, expired or"
+            " revoked token or password): give the new one in the --git URL (restart"
+            " reconcile with it), in git.url in node.yaml (then SIGHUP the daemon), or to"
+            " the git credential helper of reconcile's user"
+        )
     if "couldn't find remote ref" in str(exc):
         kind, name = ("tag", s.tag) if s.tag else ("branch", s.branch)
         return GitFailed(
