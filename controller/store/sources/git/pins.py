@@ -34,7 +34,15 @@ class Pins(Checkout):
         manifests' folder there (``folder``: missing, or no manifest in it, which prunes
         nothing): while there are any the source is Degraded (``state_of``), whatever its
         engines do (those of a broken file keep their last good spec: a typo tears nothing
-        down, and says so here too). Whether there are any."""
+        down, and says so here too). Whether there are any.
+
+        Beside the daemon that follows this source (``beside_daemon``: a cron `--once`),
+        an error whose fix is on the node is this run's alone: it read the node's secrets
+        with its own environment (a crontab without the daemon's SOPS_AGE_KEY_FILE), so
+        noting it made the node notify Degraded, then Synced at the daemon's next pass, at
+        every run. The run's output says it; the daemon's passes note what they find."""
+        if self.beside_daemon is not None:
+            errors = [e for e in errors if not e.on_node]
         said = [f"{self.settings.path}: {folder}{NOTHING_READ}"] if folder else []
         said += [str(e) for e in errors]  # named as the repository does (``load``'s repo)
         said = said[:INVALID_KEPT]
