@@ -104,6 +104,19 @@ def test_a_branch_gone_is_pull_failed_not_a_prune(reconcile: Any, remote: Remote
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
+def test_a_commit_given_as_the_branch_says_how_to_run_one_commit(
+    reconcile: Any, remote: Remote
+) -> None:
+    """Argo CD's targetRevision may be a commit: `--branch SHA` was told the branch was
+    deleted or renamed and to push it again. A node follows a branch or a tag; a commit is
+    held by a rollback's pin, which the error names."""
+    sha = remote.deploy("alpha")
+    out = reconcile("--once", *git_args(remote, "--branch", sha), check=1)
+    said = f"{sha} looks like a commit, and a node follows a branch or a tag"
+    assert said in out.err and f"`reconcile rollback {sha}`" in out.err, out
+    assert "push it again" not in out.err and reconcile.record("alpha") is None, out
+
+
 def test_a_first_fetch_that_fails_says_git_s_words_alone(reconcile: Any, remote: Remote) -> None:
     """Nothing was ever checked out: no word of an empty manifests folder besides git's."""
     out = reconcile("--once", "--git", f"{remote.url}-gone", "--git-path", "manifests", check=1)

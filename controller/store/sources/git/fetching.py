@@ -351,8 +351,17 @@ def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
         )
     if "couldn't find remote ref" in str(exc):
         kind, name = ("tag", s.tag) if s.tag else ("branch", s.branch)
+        if _COMMIT_ID.fullmatch(name or ""):  # Argo CD's targetRevision may be a commit
+            return GitFailed(
+                f"{exc}: {name} looks like a commit, and a node follows a branch or a tag:"
+                f" follow the branch that holds it (--branch) and pin the node to it with"
+                f" `reconcile rollback {name}`"
+            )
         return GitFailed(
             f"{exc}: the {kind} {name} is not on the remote (deleted, renamed, or a typo):"
             f" push it again, or follow another (--{kind}, git.{kind} in node.yaml)"
         )
     return exc
+
+
+_COMMIT_ID = re.compile(r"[0-9a-f]{7,64}")  # a commit's id, whole or abbreviated
