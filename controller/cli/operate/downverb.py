@@ -41,9 +41,11 @@ def cmd_down(args: argparse.Namespace) -> int:
     for name in sorted(missing):  # with the name it is one slip from, else those there are
         said = no_such(name, mine, "this set here").removeprefix("reconcile: ")
         print(f"reconcile: {said}", file=sys.stderr)
+    here = reconciler.config.node  # a shell without the daemon's --node is another node
     for rec in others:
         print(
-            f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
+            f"reconcile: {rec.name} runs on node {rec.node}, and this run is node {here}"
+            " (--node, RECONCILE_NODE, else the host name): run `reconcile down` there",
             file=sys.stderr,
         )
     if not stopped and not kept and not others and not (missing and mine):  # others own them
