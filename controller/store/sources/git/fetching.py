@@ -160,6 +160,16 @@ class Fetching(Checkout):
         with self._news_lock:
             self._news.add(news)
 
+    def fetch_now(self, lock: FileLock) -> str | None:
+        """Under git.lock (``lock``, held): a fetch now, due or not (`rollback --resume`:
+        the branch's newest commit, not the one fetched up to an interval ago); its error,
+        or None."""
+        news = SyncResult(revision=None)
+        self._fetch("poll", news, lock)
+        with self._news_lock:
+            self._news.add(news)
+        return news.error
+
     def _fetch_reason(self, st: SourceStatus) -> str | None:
         hook = StateDir(self.state_dir).git_fetch_now
         if hook.exists() and self.beside_daemon is None:  # a webhook asks the daemon
