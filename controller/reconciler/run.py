@@ -636,6 +636,10 @@ class Reconciler(Preview):
         st = read_status(self.config.state_dir)
         if st is None:
             return
+        if st.pinned and st.applied != st.pinned and not st.stuck_move:
+            # autoRollback pins after this pass's move: Pinned, told now, named the commit
+            # rolled back from, and again at the next pass's move; told once, by that pass
+            return
         phases = phases_of(result.ours())
         state, message = state_of(st, phases)
         names: list[str] = []
