@@ -176,9 +176,14 @@ class PassResult:
         if self.prune_blocked and not self.missing_folders and not self.unfetched:
             out.append(f"{self.no_manifest or 'no manifest'}: {NOTHING_PRUNED}")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
+        out += self.conflicts()  # a log line alone: `--once -q` exited 1 saying nothing
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
         out += self.held_changes()
         return out + list(pulling.failing(self.ours(), self.pulls, self.sources).values())
+
+    def conflicts(self) -> list[str]:
+        """The deployments not run because another manifest set owns their name: why."""
+        return [f"{a.name}: {a.reason}" for a in self.actions if isinstance(a, Conflict)]
 
     def _folder_lines(self) -> list[str]:
         """Each missing folder once, with what the pass did not do (a warning said it
@@ -529,7 +534,9 @@ class Reconciler(Preview):
             if self.git is not None and not result.deferred:  # the history follows them
                 if not loaded.unread:  # no commit of the source ran: none has an outcome
                     invalid = self.git.note_invalid(
-                        result.errors, folder=_folder_problem(result, loaded)
+                        result.errors,
+                        folder=_folder_problem(result, loaded),
+                        conflicts=result.conflicts(),
                     )
                     self._auto_rollback(result, invalid)
                 self._say_move_failed(result, synced)

@@ -117,6 +117,29 @@ def test_a_commit_given_as_the_branch_says_how_to_run_one_commit(
     assert "push it again" not in out.err and reconcile.record("alpha") is None, out
 
 
+def test_a_name_another_set_owns_is_said_by_a_quiet_once_and_degrades_the_source(
+    reconcile: Any, remote: Remote
+) -> None:
+    """The manifests' folder renamed, and the node pointed at the new path: the new set
+    (`git:URL#deploy`) found `alpha` owned by the old one. `--once -q` (cron) exited 1 and
+    said nothing (the conflict was a log line alone), and `source` said Synced, "0
+    deployment(s) Ready". The conflict is said, with its next move, and the source is
+    Degraded by it; the old set's engine runs on."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    run_git(remote.work, "mv", "manifests", "deploy")
+    moved = remote.commit({}, "manifests/ is deploy/ now")
+    out = reconcile("--once", "-q", "--git", remote.url, "--git-path", "deploy", check=1)
+    owned = "name 'alpha' is owned by another manifest set"
+    assert f"alpha: {owned}" in out.err and f"--owner '{remote.owner()}'" in out.err, out
+    seen = source(reconcile)
+    assert seen["state"] == "Degraded" and seen["applied"] == moved, seen
+    assert owned in seen["message"], seen
+    assert reconcile.record("alpha")["ref"]["pid"] == pid and reconcile.alive(pid)
+    reconcile(*git_args(remote), "down", check=0)
+
+
 def test_a_first_fetch_that_fails_says_git_s_words_alone(reconcile: Any, remote: Remote) -> None:
     """Nothing was ever checked out: no word of an empty manifests folder besides git's."""
     out = reconcile("--once", "--git", f"{remote.url}-gone", "--git-path", "manifests", check=1)
