@@ -94,7 +94,7 @@ def _given(value: object) -> bool:
 
 
 def _once(args: argparse.Namespace, cfg: Config) -> int:
-    clash = _beside_the_daemon(cfg)
+    clash = _beside_the_daemon(cfg) or _labels_unloaded(cfg)
     if clash:
         print(f"reconcile: {clash}", file=sys.stderr)
         return EXIT_FAIL
@@ -152,6 +152,28 @@ def _beside_the_daemon(cfg: Config) -> str | None:
         f" this run names {ours}: run it with the daemon's --git, --branch/--tag and"
         " --git-path (or none of them), or stop the daemon to follow another source"
     )
+
+
+def _labels_unloaded(cfg: Config) -> str | None:
+    """Why a `--once` must not run: node.yaml's labels were edited and the daemon running
+    this set has not reloaded them. The run stopped what the new labels leave to other
+    nodes and the daemon's next pass started it again, at every cron run."""
+    from controller.store.side import daemonset
+
+    pid = _daemon_following(cfg)
+    ran = daemonset.labels_of(cfg.state_dir, pid) if pid else None
+    if ran is None or cfg.labels is None or ran == cfg.labels:
+        return None
+    return (
+        f"node.yaml's labels ({_said(cfg.labels)}) are not those the daemon (pid {pid}) on"
+        f" state dir {cfg.state_dir} runs with ({_said(ran)}): reload it (`systemctl reload"
+        f" reconcile`, or kill -HUP {pid}) to apply them; this run changes nothing until"
+        " then (each would undo the other's share of the fleet)"
+    )
+
+
+def _said(labels: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
 
 
 def _daemon_following(cfg: Config) -> int | None:
