@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from itertools import chain
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config
@@ -16,10 +18,9 @@ NOTHING_TO_VALIDATE = "nothing to validate (--allow-empty if that is meant)"
 WAIT_LIMIT = 600.0  # seconds: `--once --wait` with no --timeout (README: default 10m)
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from controller.daemon.loop import FrontDoor
     from controller.store.config.node import Config
+    from controller.store.sources.manifests import LoadResult, ManifestError
 
 
 def _print_errors(result_errors: list[object]) -> None:
@@ -86,6 +87,27 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         Sender(cfg.state_dir, cfg.notify).flush()
     return code
+
+
+def _sops_files_missing(loaded: LoadResult) -> list[ManifestError]:
+    """Each sopsFile not in the repository beside its manifest (a typo in its path, a file
+    not committed), found without decrypting: a CI job's `validate` has no age key, and
+    passed a commit that every node then refused, told "`reconcile validate` lists every
+    error"."""
+    from controller.host import secrets
+    from controller.store.sources.manifests import ManifestError
+
+    found = []
+    for entry in [*loaded.entries.values(), *chain.from_iterable(loaded.apart.values())]:
+        try:
+            secrets.in_repository(entry.deployment.spec, Path(entry.source).parent)
+        except secrets.SecretError as exc:
+            loc = ("spec", "envFrom", exc.index)
+            found.append(loaded.error(ManifestError(
+                entry.source, loaded.line_of(entry, loc), f"spec.envFrom[{exc.index}]",
+                str(exc), entry.name,
+            )))  # fmt: skip
+    return found
 
 
 def _given(value: object) -> bool:
@@ -233,6 +255,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         repo=cfg.repo,
         fleet=True,
     )
+    loaded.errors.extend(_sops_files_missing(loaded))
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
         if folder not in loaded.unusable:  # an unusable one's error said what it is
