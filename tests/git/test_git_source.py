@@ -137,6 +137,10 @@ def test_a_name_another_set_owns_is_said_by_a_quiet_once_and_degrades_the_source
     assert seen["state"] == "Degraded" and seen["applied"] == moved, seen
     assert owned in seen["message"], seen
     assert reconcile.record("alpha")["ref"]["pid"] == pid and reconcile.alive(pid)
+    # `down` of the new set names the old one's way: no folder to run it from
+    out = reconcile("--git", remote.url, "--git-path", "deploy", "down", check=None)
+    said = f"run `reconcile down --git {remote.url} --git-path manifests`, or add --owner"
+    assert said in out.err and "from that folder" not in out.err, out
     reconcile(*git_args(remote), "down", check=0)
 
 

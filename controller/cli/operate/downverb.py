@@ -116,6 +116,15 @@ def _nothing(owner: str, records: list[Record]) -> None:
     for other, names in sorted(sets.items()):
         print(
             f"reconcile: records of manifest set {other!r} are here ({', '.join(sorted(names))}):"
-            f" run `reconcile down` from that folder, or add --owner {other!r}",
+            f" {_down_of(other)}, or add --owner {other!r}",
             file=sys.stderr,
         )
+
+
+def _down_of(owner: str) -> str:
+    """How to name the set ``owner`` to `down`: a git source's by its URL and path (it has
+    no folder to run from: its checkout moves with the commit)."""
+    url, hashed, path = owner.removeprefix("git:").rpartition("#")
+    if not owner.startswith("git:") or not hashed:
+        return "run `reconcile down` from that folder"
+    return f"run `reconcile down --git {url} --git-path {path}`"
