@@ -35,6 +35,10 @@ HABITS = {
     "version": "`reconcile --version`",
     "check": "`reconcile validate`",
     "lint": "`reconcile validate`",
+    # Flux's and Argo CD's: a git source is held at a commit by a rollback's pin
+    "suspend": "`reconcile rollback REV` with the commit `reconcile source` says is applied"
+    " (the node keeps fetching, applies nothing new until `reconcile rollback --resume`)",
+    "resume": "`reconcile rollback --resume` (follows the branch or tag again)",
 }
 _INVALID = re.compile(r"^argument \[VERB\]: invalid choice: '(?P<word>[^']*)' \(choose from ")
 

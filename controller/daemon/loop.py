@@ -348,6 +348,7 @@ class Daemon:
             fresh.after_pass.append(lambda result, seconds: self.webhooks.wake())
             self.webhooks.retarget(fresh.config.notify)
             self.reconciler, self.config = fresh, fresh.config
+            _note_set(fresh.config)  # the labels a cron `--once` beside it must share
             log.info(
                 "configuration reloaded",
                 devices=[d.key for d in fresh.inventory.devices],
@@ -663,7 +664,7 @@ def run_daemon(
     try:
         accesstoken.ensure(config.state_dir)  # the page's and /metrics': `reconcile ui` reads it
         # `restart` and `down` act or warn for this set's deployments only
-        daemonset.note(config.state_dir, daemonset.DaemonSet(pid=os.getpid(), owner=config.owner))
+        _note_set(config)
         server = None
         if metrics_at:
             from controller.daemon.metricsserver import serve  # http.server: only then
@@ -676,6 +677,14 @@ def run_daemon(
                 server.shutdown()
     finally:
         lock.release()
+
+
+def _note_set(config: Config) -> None:
+    """Which set the daemon runs, and with which labels (``side/daemonset.py``):
+    `restart` and `down` act or warn for this set's deployments only, and a `--once`
+    beside it refuses labels it has not loaded (each pass would undo the other's share)."""
+    running = daemonset.DaemonSet(pid=os.getpid(), owner=config.owner, labels=config.labels)
+    daemonset.note(config.state_dir, running)
 
 
 def _import_yaml() -> None:

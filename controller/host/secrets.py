@@ -92,6 +92,21 @@ def resolve(
     return env
 
 
+def in_repository(spec: DeploymentSpec, folder: Path) -> None:
+    """What `validate` checks of each sopsFile without the node's age key (a CI job has
+    none): it is there, beside the manifest (``folder``), and stays in that folder. A
+    SecretError names the item, as :func:`resolve`'s do."""
+    for index, item in enumerate(spec.env_from):
+        if item.sops_file is None:
+            continue
+        path, shown = folder / item.sops_file, f"sopsFile {item.sops_file}"
+        try:
+            _stays_inside(path, folder, shown)
+            _stat(path, shown, where="beside the manifest")
+        except SecretError as exc:
+            raise SecretError(index, str(exc)) from None
+
+
 def digest(env: Mapping[str, str], key: bytes) -> str:
     """HMAC-SHA256 under ``key`` over the sorted items: changes with any value, and
     without the key a guess at one (a short password) cannot be checked against it."""

@@ -80,9 +80,11 @@ def _why(stderr: bytes) -> tuple[str, bool]:
         return _UNKNOWN, True  # not a key problem: saying one would send its reader astray
     key = os.environ.get("SOPS_AGE_KEY_FILE")
     if key is None:
-        return (
+        return (  # a running daemon never sees a variable set after its start
             "no age key of this node opens it: set SOPS_AGE_KEY_FILE to the node's key "
-            "file (age-keygen makes one; encrypt for its public key)"
+            "file (age-keygen makes one; encrypt for its public key) in reconcile's "
+            "environment (a unit's Environment=, a crontab's line), then restart the "
+            "daemon: it reads its environment at start, a reload (SIGHUP) does not"
         ), True
     problem = _key_problem(key, text)
     if problem is not None:

@@ -179,9 +179,14 @@ class PassResult:
         if self.prune_blocked and not self.missing_folders and not self.unfetched:
             out.append(f"{self.no_manifest or 'no manifest'}: {NOTHING_PRUNED}")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
+        out += self.conflicts()  # a log line alone: `--once -q` exited 1 saying nothing
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
         out += self.held_changes()
         return out + list(pulling.failing(self.ours(), self.pulls, self.sources).values())
+
+    def conflicts(self) -> list[str]:
+        """The deployments not run because another manifest set owns their name: why."""
+        return [f"{a.name}: {a.reason}" for a in self.actions if isinstance(a, Conflict)]
 
     def _folder_lines(self) -> list[str]:
         """Each missing folder once, with what the pass did not do (a warning said it
@@ -532,7 +537,9 @@ class Reconciler(Preview):
             if self.git is not None and not result.deferred:  # the history follows them
                 if not loaded.unread:  # no commit of the source ran: none has an outcome
                     invalid = self.git.note_invalid(
-                        result.errors, folder=_folder_problem(result, loaded)
+                        result.errors,
+                        folder=_folder_problem(result, loaded),
+                        conflicts=result.conflicts(),
                     )
                     self._auto_rollback(result, invalid)
                 self._say_move_failed(result, synced)
@@ -640,6 +647,10 @@ class Reconciler(Preview):
 
         st = read_status(self.config.state_dir)
         if st is None:
+            return
+        if st.pinned and st.applied != st.pinned and not st.stuck_move:
+            # autoRollback pins after this pass's move: Pinned, told now, named the commit
+            # rolled back from, and again at the next pass's move; told once, by that pass
             return
         phases = phases_of(result.ours())
         state, message = state_of(st, phases)

@@ -238,6 +238,31 @@ def test_envfrom_items_are_checked_where_they_are_written(reconcile: Any) -> Non
     assert "Traceback" not in err
 
 
+def test_validate_finds_a_sops_file_the_repository_lacks_without_a_key(
+    reconcile: Any, age_key: AgeKey, tmp_path: Path
+) -> None:
+    """A CI job's `validate` has no age key: it passed a commit whose sopsFile path had a
+    typo (or whose encrypted file was never committed), which every node then refused, its
+    source Degraded saying "`reconcile validate` lists every error". It names each sopsFile
+    missing beside its manifest, or leaving its folder, and decrypts none (no key needed)."""
+    rc = reconcile
+    rc.env.pop("SOPS_AGE_KEY_FILE", None)  # the CI job's environment
+    age_key.encrypt("API_KEY=never-read\n", rc.manifests / "secrets" / "web.env")
+    rc.write("web", envFrom=[{"sopsFile": "secrets/web.env"}])
+    assert "1 deployment(s) in 1 file(s): valid" in rc("validate", check=0).out
+    rc.write("web", envFrom=[{"sopsFile": "secrets/web.env"}, {"sopsFile": "secrets/api.env"}])
+    out = rc("validate", check=1)
+    file = rc.manifests / "web.yaml"
+    line = next(i for i, x in enumerate(file.read_text().splitlines(), 1) if "api.env" in x)
+    said = f"{file}:{line}: spec.envFrom[1]: sopsFile secrets/api.env does not exist beside"
+    assert said in out.err and "envFrom[0]" not in out.err, out
+    elsewhere = age_key.encrypt("API_KEY=never-read\n", tmp_path / "elsewhere" / "api.env")
+    (rc.manifests / "secrets" / "api.env").symlink_to(elsewhere)  # a link out of the folder
+    out = rc("validate", check=1)
+    assert "spec.envFrom[1]: sopsFile secrets/api.env leaves the manifests folder" in out.err
+    assert "never-read" not in out.out + out.err
+
+
 def test_a_value_tampered_with_in_the_encrypted_file_says_so(
     reconcile: Any, age_key: AgeKey
 ) -> None:

@@ -7,6 +7,7 @@ tests/cluster/test_fleet_hosts.py runs on namespace hosts at their own addresses
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -233,3 +234,35 @@ def test_one_name_for_two_node_classes_is_a_duplicate_only_where_both_are_select
     valid = reconcile("validate", check=1)  # a node labelled gpu=a100,site=lab would refuse
     assert "chat-lab.yaml" in valid.err and "duplicate deployment name 'chat'" in valid.err
     reconcile.down()
+
+
+def test_a_cron_once_beside_a_daemon_not_reloaded_after_a_relabel_changes_nothing(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """node.yaml relabelled, the daemon not reloaded yet: a cron `--once` beside it stopped
+    what the new labels leave to other nodes, and the daemon's next pass (its labels the
+    old ones) started it again, at every cron run. The run is refused, naming both label
+    sets and the reload; the reload moves it, once."""
+    reconcile.state.mkdir(mode=0o700)
+    node_yaml = reconcile.state / "node.yaml"
+    node_yaml.write_text("labels: {gpu: a10}\n")
+    remote.deploy("small", nodeSelector={"gpu": "a10"})
+    git = ("--git", remote.url, "--git-path", "manifests")
+    d = git_daemon(*git, "--interval", "1h")
+    d.wait(lambda: (reconcile.record("small") or {}).get("phase") == "Ready", "small Ready")
+    (pid,) = reconcile.pids("small")
+
+    node_yaml.write_text("labels: {gpu: h100}\n")  # no reload yet
+    out = reconcile("--once", *git, check=1)
+    said = "node.yaml's labels (gpu=h100) are not those the daemon (pid"
+    assert said in out.err and "runs with (gpu=a10)" in out.err, out
+    assert f"kill -HUP {d.proc.pid}" in out.err, out
+    assert reconcile.pids("small") == {pid} and reconcile.record("small")["ref"]["pid"] == pid
+
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait(lambda: reconcile.record("small") is None, "small stopped at the reload")
+    assert not reconcile.alive(pid)
+    out = reconcile("--once", *git, check=0)  # the daemon's labels now: it runs
+    assert "1 deployment skipped: nodeSelector gpu=a10" in out.out, out
+    assert d.stop() == 0
+    reconcile(*git, "down", check=0)

@@ -42,7 +42,13 @@ def test_over_http_with_a_token_then_a_wrong_token_then_no_server(
     wrong = http.url("remote.git", "tess", "wrong-token")
     out = reconcile("--once", "--git", wrong, "--git-path", "manifests", check=1)
     assert "Authentication failed" in out.err and "wrong-token" not in out.err, out
-    assert source(reconcile)["state"] == "PullFailed" and reconcile.alive(pid)
+    # git's words alone left the operator guessing: a refused token is said, with where
+    # the new one goes (a token expired or revoked is the usual cause)
+    said = "the remote refused the credentials git sent (a wrong, expired or revoked token"
+    assert said in out.err and "restart reconcile with it" in out.err, out
+    seen = source(reconcile)
+    assert seen["state"] == "PullFailed" and said in seen["message"], seen
+    assert reconcile.alive(pid)
 
     http.stop()  # the server goes away
     out = reconcile("--once", *flags, check=1)

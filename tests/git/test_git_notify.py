@@ -70,7 +70,7 @@ def test_an_auto_rollback_is_posted(
     (reconcile.state / "node.yaml").write_text(
         f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 3s}}\n"
         f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n"
-        "    events: [RolledBack, Degraded]\n"
+        "    events: [RolledBack, Degraded, Pinned]\n"
     )
     good = remote.deploy("alpha")
     reconcile.converge("--git", remote.url)
@@ -85,6 +85,10 @@ def test_an_auto_rollback_is_posted(
     (degraded,) = told(hook, "Degraded")
     assert degraded["deployments"] == ["alpha"] and degraded["revision"] == bad, degraded
     assert "alpha Failed" in degraded["message"] or "alpha BackOff" in degraded["message"]
+    # Pinned once, at the commit it runs: it was told twice, first naming the bad commit
+    # (the pin is set after that pass's move), then again at the next pass's move
+    d.wait(lambda: [t["revision"] for t in told(hook, "Pinned")][-1:] == [good], "Pinned")
+    assert [t["revision"] for t in told(hook, "Pinned")] == [good], hook.accepted
     assert d.stop() == 0
     node_only(reconcile, "down")
 

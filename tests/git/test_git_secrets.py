@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from envfrom.agekey import make_key
 
-from tests.git.conftest import Remote, run_git
+from tests.git.conftest import Remote, run_git, source
+from tests.git.test_git_notify import told
+from tests.hookreceiver import Receiver
 
 
 def test_a_sops_file_symlink_may_stay_in_the_folder_but_never_leave_it(
@@ -88,4 +92,45 @@ def test_a_degraded_source_whose_fix_is_on_the_node_says_so_not_push(
     run_git(remote.work, "rm", "-q", "manifests/secrets/web.env")
     remote.commit({}, "the encrypted file left out")  # the repository's to fix: push
     degraded("sopsFile secrets/web.env does not exist beside the manifest", "fix it and push")
+    reconcile(*git, "down", check=0)
+
+
+@pytest.fixture
+def hook(reconcile: Any) -> Iterator[Receiver]:
+    receiver = Receiver(reconcile.port + 15).start()
+    yield receiver
+    receiver.stop()
+
+
+def test_a_cron_run_without_the_daemon_s_age_key_notifies_no_degraded(
+    reconcile: Any, remote: Remote, tmp_path: Path, git_daemon: Any, hook: Receiver
+) -> None:
+    """The daemon has SOPS_AGE_KEY_FILE (its unit's Environment=); a cron `--once` beside
+    it, whose crontab lacks it, noted its failure to decrypt in the source's state: the
+    node notified Degraded, then Synced at the daemon's next pass, at every cron run. The
+    run says why it failed (exit 1); the source's state stays the daemon's."""
+    key = make_key(tmp_path / "keys")
+    key.encrypt("API_KEY=cron-never-sees-it\n", remote.work / "manifests" / "secrets" / "w.env")
+    web = reconcile.deployment(
+        "web", basePort=reconcile.port, envFrom=[{"sopsFile": "secrets/w.env"}]
+    )
+    run_git(remote.work, "add", "-A")
+    applied = remote.commit({"manifests/web.yaml": reconcile.dump_yaml(web)}, "web, keyed")
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n"
+        "    events: [Synced, Degraded]\n"
+    )
+    git = ("--git", remote.url, "--git-path", "manifests")
+    d = git_daemon(*git, "--interval", "1h", env={"SOPS_AGE_KEY_FILE": str(key.file)})
+    d.wait(lambda: told(hook, "Synced"), "the daemon's Synced posted")
+
+    reconcile.env.pop("SOPS_AGE_KEY_FILE", None)  # cron's environment
+    out = reconcile("--once", *git, check=1)  # it posts what its pass queued before exit
+    assert "no age key of this node opens it: set SOPS_AGE_KEY_FILE" in out.err, out
+    assert "cron-never-sees-it" not in out.out + out.err, out
+    seen = source(reconcile)
+    assert seen["state"] == "Synced" and seen["applied"] == applied, seen
+    assert told(hook, "Degraded") == [] and len(told(hook, "Synced")) == 1, hook.accepted
+    assert d.stop() == 0
     reconcile(*git, "down", check=0)

@@ -104,6 +104,46 @@ def test_a_branch_gone_is_pull_failed_not_a_prune(reconcile: Any, remote: Remote
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
+def test_a_commit_given_as_the_branch_says_how_to_run_one_commit(
+    reconcile: Any, remote: Remote
+) -> None:
+    """Argo CD's targetRevision may be a commit: `--branch SHA` was told the branch was
+    deleted or renamed and to push it again. A node follows a branch or a tag; a commit is
+    held by a rollback's pin, which the error names."""
+    sha = remote.deploy("alpha")
+    out = reconcile("--once", *git_args(remote, "--branch", sha), check=1)
+    said = f"{sha} looks like a commit, and a node follows a branch or a tag"
+    assert said in out.err and f"`reconcile rollback {sha}`" in out.err, out
+    assert "push it again" not in out.err and reconcile.record("alpha") is None, out
+
+
+def test_a_name_another_set_owns_is_said_by_a_quiet_once_and_degrades_the_source(
+    reconcile: Any, remote: Remote
+) -> None:
+    """The manifests' folder renamed, and the node pointed at the new path: the new set
+    (`git:URL#deploy`) found `alpha` owned by the old one. `--once -q` (cron) exited 1 and
+    said nothing (the conflict was a log line alone), and `source` said Synced, "0
+    deployment(s) Ready". The conflict is said, with its next move, and the source is
+    Degraded by it; the old set's engine runs on."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    run_git(remote.work, "mv", "manifests", "deploy")
+    moved = remote.commit({}, "manifests/ is deploy/ now")
+    out = reconcile("--once", "-q", "--git", remote.url, "--git-path", "deploy", check=1)
+    owned = "name 'alpha' is owned by another manifest set"
+    assert f"alpha: {owned}" in out.err and f"--owner '{remote.owner()}'" in out.err, out
+    seen = source(reconcile)
+    assert seen["state"] == "Degraded" and seen["applied"] == moved, seen
+    assert owned in seen["message"], seen
+    assert reconcile.record("alpha")["ref"]["pid"] == pid and reconcile.alive(pid)
+    # `down` of the new set names the old one's way: no folder to run it from
+    out = reconcile("--git", remote.url, "--git-path", "deploy", "down", check=None)
+    said = f"run `reconcile down --git {remote.url} --git-path manifests`, or add --owner"
+    assert said in out.err and "from that folder" not in out.err, out
+    reconcile(*git_args(remote), "down", check=0)
+
+
 def test_a_first_fetch_that_fails_says_git_s_words_alone(reconcile: Any, remote: Remote) -> None:
     """Nothing was ever checked out: no word of an empty manifests folder besides git's."""
     out = reconcile("--once", "--git", f"{remote.url}-gone", "--git-path", "manifests", check=1)

@@ -605,3 +605,30 @@ def test_a_resume_the_daemon_applies_onto_a_commit_that_does_not_load_exits_1(
     assert "manifests/beta.yaml:4" in resumed.err and "spec.prot" in resumed.err, resumed
     assert d.stop() == 0
     node_only(reconcile, "down")
+
+
+def test_a_resume_beside_the_daemon_fetches_first_not_the_commit_fetched_an_interval_ago(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """Pinned below a bad commit the daemon had fetched, a fix pushed, `rollback --resume`:
+    the daemon applied the commit it fetched last, up to its interval old (the bad one
+    again: a good engine stopped for it) until its next fetch. A resume fetches first, as a
+    `--once` beside the daemon does: the node goes to the fix, never to the stale one."""
+    from controller.cli.operate.restartverb import daemon_pid
+
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    reconcile("rollback", good, check=0)
+    stale = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h")
+    d.wait(lambda: daemon_pid(reconcile.state), "the daemon's lock")
+    d.wait(lambda: source(reconcile)["fetched"] == stale, "the daemon's first fetch")
+    fix = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.2"))
+    resumed = reconcile("rollback", "--resume", check=0)
+    assert "resumed: following main again" in resumed.out, resumed
+    seen = source(reconcile)
+    assert seen["applied"] == fix and seen["pinned"] is None, seen
+    applied = [e["revision"] for e in reconcile("history", "-o", "json", check=0).json()]
+    assert stale not in applied and applied[-1] == fix, applied
+    assert d.stop() == 0
+    node_only(reconcile, "down")

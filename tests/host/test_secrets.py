@@ -212,6 +212,25 @@ def test_each_sops_failure_says_its_own_cause(
     assert wrong not in message, message
 
 
+def test_an_unset_age_key_file_says_the_daemon_reads_it_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With SOPS_AGE_KEY_FILE unset the message said only to set it, and the source's
+    Degraded added "the next pass reads it again": a daemon reads its environment at its
+    start, so its passes never saw the variable put in its unit until it was restarted."""
+    key = make_key(tmp_path / "keys")
+    key.encrypt("A=s3cret-a\n", tmp_path / "m" / NAMED)
+    monkeypatch.delenv("SOPS_AGE_KEY_FILE", raising=False)
+    monkeypatch.delenv("SOPS_AGE_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # sops' own default
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(_spec({"sopsFile": NAMED}), tmp_path / "m")
+    message = str(caught.value)
+    assert "no age key of this node opens it: set SOPS_AGE_KEY_FILE" in message, message
+    assert "then restart the daemon: it reads its environment at start" in message, message
+    assert "s3cret" not in message
+
+
 def test_files_root_must_not_trust_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

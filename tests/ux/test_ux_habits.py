@@ -215,6 +215,9 @@ def test_describe_of_an_idle_deployment_claims_no_probe_it_lacks(reconcile: Any)
         ("ps", "'ps' is no verb of reconcile's: `reconcile status`"),
         ("rm", "'rm' is no verb of reconcile's: `reconcile down NAME`"),
         ("help", "'help' is no verb of reconcile's: `reconcile --help`"),
+        # `flux suspend`: a Flux or Argo CD user's way to hold a source, a rollback's pin here
+        ("suspend", "'suspend' is no verb of reconcile's: `reconcile rollback REV` with the"),
+        ("resume", "'resume' is no verb of reconcile's: `reconcile rollback --resume`"),
         ("manifests/", "'manifests/' is no verb: give a folder or manifest with -f"),
         ("web.yaml", "(`reconcile -f web.yaml`)"),
         ("xyzzy", "invalid choice: 'xyzzy' (choose from 'plan', 'status'"),

@@ -41,9 +41,11 @@ def cmd_down(args: argparse.Namespace) -> int:
     for name in sorted(missing):  # with the name it is one slip from, else those there are
         said = no_such(name, mine, "this set here").removeprefix("reconcile: ")
         print(f"reconcile: {said}", file=sys.stderr)
+    here = reconciler.config.node  # a shell without the daemon's --node is another node
     for rec in others:
         print(
-            f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
+            f"reconcile: {rec.name} runs on node {rec.node}, and this run is node {here}"
+            " (--node, RECONCILE_NODE, else the host name): run `reconcile down` there",
             file=sys.stderr,
         )
     if not stopped and not kept and not others and not (missing and mine):  # others own them
@@ -114,6 +116,15 @@ def _nothing(owner: str, records: list[Record]) -> None:
     for other, names in sorted(sets.items()):
         print(
             f"reconcile: records of manifest set {other!r} are here ({', '.join(sorted(names))}):"
-            f" run `reconcile down` from that folder, or add --owner {other!r}",
+            f" {_down_of(other)}, or add --owner {other!r}",
             file=sys.stderr,
         )
+
+
+def _down_of(owner: str) -> str:
+    """How to name the set ``owner`` to `down`: a git source's by its URL and path (it has
+    no folder to run from: its checkout moves with the commit)."""
+    url, hashed, path = owner.removeprefix("git:").rpartition("#")
+    if not owner.startswith("git:") or not hashed:
+        return "run `reconcile down` from that folder"
+    return f"run `reconcile down --git {url} --git-path {path}`"

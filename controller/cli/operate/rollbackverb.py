@@ -76,6 +76,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from controller.cli.operate.restartverb import daemon_pid
 
     daemon = daemon_pid(cfg.state_dir)
+    if target is None and daemon:  # without one, this command's own pass fetches first
+        _fetch_for_resume(source, daemon)
     _pin(source, target, daemon)
     _journal(cfg, st.owner, target, why)
     print(why)
@@ -216,6 +218,24 @@ def _pin(source: gitsource.GitSource, target: str | None, daemon: int | None) ->
     say = lambda lock: _say_waiting(lock, source.settings.timeout)  # noqa: E731
     with source.hold(waiting=say, rollback=True):  # a collection in flight is stopped
         source.change_status(pin)
+
+
+def _fetch_for_resume(source: gitsource.GitSource, daemon: int) -> None:
+    """The branch's newest commit, fetched before the pin is lifted: the daemon's pass
+    applies the commit fetched last, up to its interval old (the bad one an autoRollback
+    left, though a fix was pushed since), and its fetches are its own. As a `--once` beside
+    the daemon fetches: a failure is said, and none of the daemon's state is touched."""
+    source.beside_daemon = daemon
+    say = lambda lock: _say_waiting(lock, source.settings.timeout)  # noqa: E731
+    with source.hold(waiting=say) as lock:
+        error = source.fetch_now(lock)
+    if error is not None:
+        last = (source.status().fetched or "-")[:12]
+        print(
+            f"reconcile: warning: the daemon resumes at the commit fetched last ({last}):"
+            f" the fetch before resuming failed: {error}",
+            file=sys.stderr,
+        )
 
 
 def _say_waiting(lock: FileLock, limit: float) -> None:

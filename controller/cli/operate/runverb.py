@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from itertools import chain
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config
@@ -16,10 +18,9 @@ NOTHING_TO_VALIDATE = "nothing to validate (--allow-empty if that is meant)"
 WAIT_LIMIT = 600.0  # seconds: `--once --wait` with no --timeout (README: default 10m)
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from controller.daemon.loop import FrontDoor
     from controller.store.config.node import Config
+    from controller.store.sources.manifests import LoadResult, ManifestError
 
 
 def _print_errors(result_errors: list[object]) -> None:
@@ -88,13 +89,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def _sops_files_missing(loaded: LoadResult) -> list[ManifestError]:
+    """Each sopsFile not in the repository beside its manifest (a typo in its path, a file
+    not committed), found without decrypting: a CI job's `validate` has no age key, and
+    passed a commit that every node then refused, told "`reconcile validate` lists every
+    error"."""
+    from controller.host import secrets
+    from controller.store.sources.manifests import ManifestError
+
+    found = []
+    for entry in [*loaded.entries.values(), *chain.from_iterable(loaded.apart.values())]:
+        try:
+            secrets.in_repository(entry.deployment.spec, Path(entry.source).parent)
+        except secrets.SecretError as exc:
+            loc = ("spec", "envFrom", exc.index)
+            found.append(loaded.error(ManifestError(
+                entry.source, loaded.line_of(entry, loc), f"spec.envFrom[{exc.index}]",
+                str(exc), entry.name,
+            )))  # fmt: skip
+    return found
+
+
 def _given(value: object) -> bool:
     """A flag on the command line: a store_true set, a value given (0 too)."""
     return value is not None and value is not False
 
 
 def _once(args: argparse.Namespace, cfg: Config) -> int:
-    clash = _beside_the_daemon(cfg)
+    clash = _beside_the_daemon(cfg) or _labels_unloaded(cfg)
     if clash:
         print(f"reconcile: {clash}", file=sys.stderr)
         return EXIT_FAIL
@@ -154,6 +176,28 @@ def _beside_the_daemon(cfg: Config) -> str | None:
     )
 
 
+def _labels_unloaded(cfg: Config) -> str | None:
+    """Why a `--once` must not run: node.yaml's labels were edited and the daemon running
+    this set has not reloaded them. The run stopped what the new labels leave to other
+    nodes and the daemon's next pass started it again, at every cron run."""
+    from controller.store.side import daemonset
+
+    pid = _daemon_following(cfg)
+    ran = daemonset.labels_of(cfg.state_dir, pid) if pid else None
+    if ran is None or cfg.labels is None or ran == cfg.labels:
+        return None
+    return (
+        f"node.yaml's labels ({_said(cfg.labels)}) are not those the daemon (pid {pid}) on"
+        f" state dir {cfg.state_dir} runs with ({_said(ran)}): reload it (`systemctl reload"
+        f" reconcile`, or kill -HUP {pid}) to apply them; this run changes nothing until"
+        " then (each would undo the other's share of the fleet)"
+    )
+
+
+def _said(labels: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
+
+
 def _daemon_following(cfg: Config) -> int | None:
     """The pid of the daemon on the state dir when it runs this run's set (its git source),
     else None: a `--once` beside it keeps its own fetch's outcome out of the source's state."""
@@ -211,6 +255,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         repo=cfg.repo,
         fleet=True,
     )
+    loaded.errors.extend(_sops_files_missing(loaded))
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
         if folder not in loaded.unusable:  # an unusable one's error said what it is

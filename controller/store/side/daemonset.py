@@ -23,11 +23,18 @@ from controller.store.statedir import StateDir
 class DaemonSet:
     pid: int
     owner: str
+    # node.yaml's labels as the daemon runs with them (loaded at its start or last reload;
+    # None: unknown, a note from before this field or a node file it could not read)
+    labels: dict[str, str] | None = None
 
 
 def _document(state_dir: Path) -> Document[DaemonSet]:
     state = StateDir(state_dir)
-    return Document(state, state.daemon, _decode, lambda d: {"pid": d.pid, "owner": d.owner})
+    return Document(state, state.daemon, _decode, _encode)
+
+
+def _encode(d: DaemonSet) -> dict[str, Any]:
+    return {"pid": d.pid, "owner": d.owner, "labels": d.labels}
 
 
 def note(state_dir: Path, running: DaemonSet) -> None:
@@ -42,11 +49,21 @@ def owner_of(state_dir: Path, pid: int) -> str | None:
     return found.owner if found is not None and found.pid == pid else None
 
 
+def labels_of(state_dir: Path, pid: int) -> dict[str, str] | None:
+    """The labels the daemon of ``pid`` (the lock's holder) runs with; None when unknown."""
+    found = _document(state_dir).peek()
+    return found.labels if found is not None and found.pid == pid else None
+
+
 def _decode(data: Any) -> DaemonSet:
-    pid, owner = data["pid"], data["owner"]
+    pid, owner, labels = data["pid"], data["owner"], data.get("labels")
     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(owner, str):
         raise TypeError("pid must be an integer and owner a string")
-    return DaemonSet(pid=pid, owner=owner)
+    if labels is not None and not (
+        isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
+    ):
+        raise TypeError("labels must map strings to strings")
+    return DaemonSet(pid=pid, owner=owner, labels=labels)
 
 
 def daemon_pid(state_dir: Path) -> int | None:

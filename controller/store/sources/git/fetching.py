@@ -175,6 +175,16 @@ class Fetching(Checkout):
         with self._news_lock:
             self._news.add(news)
 
+    def fetch_now(self, lock: FileLock) -> str | None:
+        """Under git.lock (``lock``, held): a fetch now, due or not (`rollback --resume`:
+        the branch's newest commit, not the one fetched up to an interval ago); its error,
+        or None."""
+        news = SyncResult(revision=None)
+        self._fetch("poll", news, lock)
+        with self._news_lock:
+            self._news.add(news)
+        return news.error
+
     def _fetch_reason(self, st: SourceStatus) -> str | None:
         hook = StateDir(self.state_dir).git_fetch_now
         if hook.exists() and self.beside_daemon is None:  # a webhook asks the daemon
@@ -371,10 +381,26 @@ def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
             " no password given in a URL: give the same --git URL again (or git.url in"
             " node.yaml), or set up a git credential helper for reconcile's user"
         )
+    if "Authentication failed" in str(exc):  # git sent credentials; the remote said no
+        return GitFailed(
+            f"{exc}: the remote refused the credentials git sent (a wrong, expired or"
+            " revoked token or password): give the new one in the --git URL (restart"
+            " reconcile with it), in git.url in node.yaml (then SIGHUP the daemon), or to"
+            " the git credential helper of reconcile's user"
+        )
     if "couldn't find remote ref" in str(exc):
         kind, name = ("tag", s.tag) if s.tag else ("branch", s.branch)
+        if _COMMIT_ID.fullmatch(name or ""):  # Argo CD's targetRevision may be a commit
+            return GitFailed(
+                f"{exc}: {name} looks like a commit, and a node follows a branch or a tag:"
+                f" follow the branch that holds it (--branch) and pin the node to it with"
+                f" `reconcile rollback {name}`"
+            )
         return GitFailed(
             f"{exc}: the {kind} {name} is not on the remote (deleted, renamed, or a typo):"
             f" push it again, or follow another (--{kind}, git.{kind} in node.yaml)"
         )
     return exc
+
+
+_COMMIT_ID = re.compile(r"[0-9a-f]{7,64}")  # a commit's id, whole or abbreviated

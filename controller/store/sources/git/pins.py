@@ -3,6 +3,7 @@ its deployments converge (its history entry), and autoRollback's pin past the de
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,15 +30,31 @@ if TYPE_CHECKING:
 class Pins(Checkout):
     """Outcomes and autoRollback (a pass's notes)."""
 
-    def note_invalid(self, errors: list[ManifestError], *, folder: str | None = None) -> bool:
+    def note_invalid(
+        self,
+        errors: list[ManifestError],
+        *,
+        folder: str | None = None,
+        conflicts: Sequence[str] = (),
+    ) -> bool:
         """The pass's manifest errors at the commit it applied, and what is wrong with the
         manifests' folder there (``folder``: missing, or no manifest in it, which prunes
-        nothing): while there are any the source is Degraded (``state_of``), whatever its
-        engines do (those of a broken file keep their last good spec: a typo tears nothing
-        down, and says so here too). Whether there are any."""
+        nothing), and its deployments whose name another manifest set owns (``conflicts``:
+        not run, and the source said Synced: a `--git-path` renamed, say): while there are
+        any the source is Degraded (``state_of``), whatever its engines do (those of a
+        broken file keep their last good spec: a typo tears nothing down, and says so here
+        too). Whether there are any.
+
+        Beside the daemon that follows this source (``beside_daemon``: a cron `--once`),
+        an error whose fix is on the node is this run's alone: it read the node's secrets
+        with its own environment (a crontab without the daemon's SOPS_AGE_KEY_FILE), so
+        noting it made the node notify Degraded, then Synced at the daemon's next pass, at
+        every run. The run's output says it; the daemon's passes note what they find."""
+        if self.beside_daemon is not None:
+            errors = [e for e in errors if not e.on_node]
         said = [f"{self.settings.path}: {folder}{NOTHING_READ}"] if folder else []
         said += [str(e) for e in errors]  # named as the repository does (``load``'s repo)
-        said = said[:INVALID_KEPT]
+        said = [*said, *conflicts][:INVALID_KEPT]
         on_node = not folder and bool(errors) and errors[0].on_node  # said[0]'s fix
         st = read_status(self.state_dir)
         was = (st.invalid, st.invalid_at, st.invalid_on_node) if st is not None else None
