@@ -1,0 +1,80 @@
+"""The names the README and docs/design.md give are the code's, and the code's are given.
+
+Each class of name a reader copies into a shell, a unit file or a dashboard is checked
+both ways, mechanically, as ``test_module_map.py`` checks the module map:
+
+* ``RECONCILE_*`` variables: every one the code reads or sets (a string literal under
+  ``controller/``) is named in one of the two pages, and every one they name exists;
+* the README's synopsis (the code block under "The command"): every verb the parser
+  has is on a line of it, and every flag a line names is one its verb takes;
+* metrics: the README names every family the node's and the gateway's ``/metrics``
+  export, and no other ``reconcile_*`` name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from controller.cli.main import build_parser
+from controller.daemon.metrics import FAMILIES as NODE_FAMILIES
+from controller.gateway.accounting.metrics import FAMILIES as GATEWAY_FAMILIES
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+DESIGN = (ROOT / "docs" / "design.md").read_text()
+VARIABLE = r"RECONCILE_[A-Z][A-Z_]*[A-Z]"
+# Read or set by the code, deliberately in neither page: no user sets them.
+UNDOCUMENTED = {
+    "RECONCILE_FAILPOINTS": "the suite's fault injection (controller/failpoints.py)",
+    "RECONCILE_FAILPOINTS_LOG": "where the failpoints log what they did, for the suite",
+    "RECONCILE_GATEWAY_READY_FD": "a pipe's fd a starting gateway answers on (keeper.py)",
+}
+
+
+def _python(*folders: str) -> str:
+    return "\n".join(p.read_text() for f in folders for p in sorted((ROOT / f).rglob("*.py")))
+
+
+def test_every_variable_is_named_in_the_docs_and_every_one_named_exists() -> None:
+    """Neither page named `RECONCILE_API_KEYS`, the variable `--api-keys` reads."""
+    read = set(re.findall(rf"[\"']({VARIABLE})[\"']", _python("controller")))
+    named = set(re.findall(VARIABLE, README + DESIGN))
+    assert read - named - set(UNDOCUMENTED) == set(), "read by the code, named in no page"
+    code = _python("controller", "tests")
+    gone = {v for v in named if not re.search(rf"\b{v}\b", code)}
+    assert gone == set(), "named in README or docs/design.md, read nowhere"
+    assert set(UNDOCUMENTED) <= read, "an exception for a variable no longer read"
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {o for action in parser._actions for o in action.option_strings}
+
+
+def test_the_synopsis_names_every_verb_and_only_flags_its_verb_takes() -> None:
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    block = README[README.index("## The command") :].split("```")[1]
+    on_a_line: set[str] = set()
+    wrong = []
+    for line in block.strip().splitlines():
+        for part in line.split(" / "):  # `drain ... / reconcile uncordon`
+            found = re.match(r"\s*reconcile\s+([a-z]+)\b", part)
+            verb = found.group(1) if found else None
+            on_a_line |= {verb} if verb else set()
+            named = verbs.choices[verb] if verb else parser
+            # the flags of the usage, not of the note after it (`1 when --once would fail`)
+            usage = re.split(r"\s{3,}", part[found.end() if found else 0 :].strip())[0]
+            flags = re.findall(r"(?<![\w-])--?[a-z][\w-]*", usage)
+            wrong += [(verb, f) for f in flags if f not in _flags(named)]
+    aliases = {"get"}  # `status`'s line says "(alias: get)"
+    assert set(verbs.choices) - aliases - on_a_line == set(), "a verb the synopsis leaves out"
+    assert wrong == [], "a flag its verb does not take"
+
+
+def test_the_readme_names_every_metric_and_no_other() -> None:
+    exported = set(NODE_FAMILIES) | set(GATEWAY_FAMILIES)
+    named = set(re.findall(r"\breconcile_[a-z_]*[a-z]\b", README))
+    assert exported - named == set(), "exported, named nowhere in README"
+    assert named - exported == set(), "named in README, exported by nothing"
