@@ -8,7 +8,11 @@ both ways, mechanically, as ``test_module_map.py`` checks the module map:
 * the README's synopsis (the code block under "The command"): every verb the parser
   has is on a line of it, and every flag a line names is one its verb takes;
 * metrics: the README names every family the node's and the gateway's ``/metrics``
-  export, and no other ``reconcile_*`` name.
+  export, and no other ``reconcile_*`` name;
+* code names in docs/design.md's prose: a ``.py`` path is a file, a ``module.name_x``
+  whose module is one of ``controller/``'s has ``name_x``, and a snake_case, ``_private``
+  or CamelCase name (alone or dotted) is a word of the code, unless an engine or another
+  tool owns it (``ELSEWHERE``). The module tables are ``test_module_map.py``'s.
 """
 
 from __future__ import annotations
@@ -78,3 +82,61 @@ def test_the_readme_names_every_metric_and_no_other() -> None:
     named = set(re.findall(r"\breconcile_[a-z_]*[a-z]\b", README))
     assert exported - named == set(), "exported, named nowhere in README"
     assert named - exported == set(), "named in README, exported by nothing"
+
+
+# Names design.md gives that are other programs' (Envoy's, vLLM's), not ours; and the
+# section whose every name is an engine's source.
+ELSEWHERE = {"consecutive_gateway_failure", "cache_config_info", "num_gpu_blocks", "block_size"}
+OTHERS_SOURCES = "## Engine flags checked"
+FILE_SUFFIXES = {"py", "json", "jsonl", "yaml", "md", "toml", "lock", "log", "prom", "sock"}
+
+
+def _code_names(word: str) -> list[str]:
+    """The parts of a token that name code: every part of a dotted name, else a
+    snake_case, ``_private`` or CamelCase word (a plain word is prose)."""
+    parts = word.split(".")
+    parts = parts[:-1] if parts[-1] in FILE_SUFFIXES else parts  # `demo.yaml`, `yaml`
+    if len(parts) != 1:
+        return parts
+    coded = "_" in parts[0].strip("_") or parts[0].startswith("_")
+    return parts if coded or re.fullmatch(r"[A-Z][a-z]+[A-Z]\w*", parts[0]) else []
+
+
+def _unknown(token: str, words: set[str], modules: dict[str, str], files: set[str]) -> list[str]:
+    """What of ``token`` the code lacks (nothing: it names no code, or code that exists)."""
+    if token.startswith("."):  # a suffix: `.partial`, `.reason`
+        return []
+    if token.endswith(".py"):
+        return [] if any(f.endswith(token) for f in files) else [token]
+    tail = token.removesuffix("()").split("/")[-1]
+    dotted = re.fullmatch(r"(\w+)\.(\w+)", tail)
+    if "/" in token and dotted is None:
+        return []  # a state dir's path: `instances/.reserve`
+    if dotted and dotted.group(1) in modules and "_" in dotted.group(2):
+        found = re.search(rf"\b{dotted.group(2)}\b", modules[dotted.group(1)])
+        return [] if found else [dotted.group(2)]
+    return [n for n in _code_names(tail) if n not in ELSEWHERE and n not in words]
+
+
+def test_the_code_names_design_md_gives_are_the_codes() -> None:
+    """It named `manifests.load_mapping` (yamlread's), `core/measured.py` (folded into
+    the planner's ledger), `DeploymentSpec._with_fallbacks`, `Front._loopback_host_only`
+    and aiohttp's `handler_cancellation`, all gone."""
+    sources = {p: p.read_text() for p in (ROOT / "controller").rglob("*.py")}
+    others = [p for d in ("tests", "benchmarks", "scripts") for p in (ROOT / d).rglob("*.py")]
+    others.remove(Path(__file__).resolve())  # its docstring names what is gone
+    texts = [*sources.values(), *(p.read_text() for p in others)]
+    words = {w for text in texts for w in re.findall(r"\w+", text)}
+    modules: dict[str, str] = {}
+    for path, text in sources.items():
+        modules[path.stem] = modules.get(path.stem, "") + text
+    files = {str(p.relative_to(ROOT)) for p in [*sources, *others]}
+    wrong = []
+    section = ""
+    for number, line in enumerate(DESIGN.splitlines(), 1):
+        section = line if line.startswith("## ") else section
+        if section == OTHERS_SOURCES:
+            continue
+        for token in re.findall(r"`((?:[\w-]+/)*[\w.]+(?:\(\))?)`", line):
+            wrong += [(number, name) for name in _unknown(token, words, modules, files)]
+    assert wrong == [], f"docs/design.md (line, name): names the code lacks: {wrong}"
