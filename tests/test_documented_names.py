@@ -6,7 +6,8 @@ both ways, mechanically, as ``test_module_map.py`` checks the module map:
 * ``RECONCILE_*`` variables: every one the code reads or sets (a string literal under
   ``controller/``) is named in one of the two pages, and every one they name exists;
 * the README's synopsis (the code block under "The command"): every verb the parser
-  has is on a line of it, and every flag a line names is one its verb takes;
+  has is on a line of it, and every flag a line names is one its verb takes; and every
+  flag is named somewhere in the README;
 * metrics: the README names every family the node's and the gateway's ``/metrics``
   export, and no other ``reconcile_*`` name;
 * code names in docs/design.md's prose: a ``.py`` path is a file, a ``module.name_x``
@@ -75,6 +76,25 @@ def test_the_synopsis_names_every_verb_and_only_flags_its_verb_takes() -> None:
     aliases = {"get"}  # `status`'s line says "(alias: get)"
     assert set(verbs.choices) - aliases - on_a_line == set(), "a verb the synopsis leaves out"
     assert wrong == [], "a flag its verb does not take"
+
+
+def test_the_readme_names_every_flag() -> None:
+    """By its long or its short form: it named no `--lock-timeout`."""
+    unnamed = []
+    for action in _all_actions(build_parser()):
+        said = [o for o in action.option_strings if re.search(rf"(?<![\w-]){o}(?![\w-])", README)]
+        unnamed += [] if said or not action.option_strings else [action.option_strings[-1]]
+    assert unnamed == [], f"flags README never names: {sorted(set(unnamed))}"
+
+
+def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found += [a for sub in action.choices.values() for a in _all_actions(sub)]
+        elif action.help != argparse.SUPPRESS:
+            found.append(action)
+    return found
 
 
 def test_the_readme_names_every_metric_and_no_other() -> None:
