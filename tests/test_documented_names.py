@@ -8,6 +8,7 @@ both ways, mechanically, as ``test_module_map.py`` checks the module map:
 * the README's synopsis (the code block under "The command"): every verb the parser
   has is on a line of it, and every flag a line names is one its verb takes; and every
   flag is named somewhere in the README;
+* the spec fields that change in place (``IN_PLACE``): README's sentence names them all;
 * metrics: the README names every family the node's and the gateway's ``/metrics``
   export, and no other ``reconcile_*`` name;
 * code names in docs/design.md's prose: a ``.py`` path is a file, a ``module.name_x``
@@ -23,6 +24,7 @@ import re
 from pathlib import Path
 
 from controller.cli.main import build_parser
+from controller.core.planner.records import IN_PLACE
 from controller.daemon.metrics import FAMILIES as NODE_FAMILIES
 from controller.gateway.accounting.metrics import FAMILIES as GATEWAY_FAMILIES
 
@@ -95,6 +97,13 @@ def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
         elif action.help != argparse.SUPPRESS:
             found.append(action)
     return found
+
+
+def test_the_readme_names_the_fields_that_change_in_place() -> None:
+    """It left out `priority`, which changes in place (`plan`: `~ in-place`)."""
+    end = README.index("change in\nplace (the engine keeps running)")
+    said = README[:end].rsplit("\n\n", 1)[1]  # the sentence, from its paragraph's start
+    assert re.findall(r"`(\w+)`", said) == list(IN_PLACE)
 
 
 def test_the_readme_names_every_metric_and_no_other() -> None:
