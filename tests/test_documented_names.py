@@ -9,6 +9,7 @@ both ways, mechanically, as ``test_module_map.py`` checks the module map:
   has is on a line of it, and every flag a line names is one its verb takes; and every
   flag is named somewhere in the README;
 * the spec fields that change in place (``IN_PLACE``): README's sentence names them all;
+* the system packages ``scripts/system-packages`` installs: README's list names each;
 * metrics: the README names every family the node's and the gateway's ``/metrics``
   export, and no other ``reconcile_*`` name;
 * code names in docs/design.md's prose: a ``.py`` path is a file, a ``module.name_x``
@@ -104,6 +105,15 @@ def test_the_readme_names_the_fields_that_change_in_place() -> None:
     end = README.index("change in\nplace (the engine keeps running)")
     said = README[:end].rsplit("\n\n", 1)[1]  # the sentence, from its paragraph's start
     assert re.findall(r"`(\w+)`", said) == list(IN_PLACE)
+
+
+def test_the_readme_names_every_system_package_the_tests_use() -> None:
+    """It left out faketime and libcap2-bin (setcap)."""
+    script = (ROOT / "scripts" / "system-packages").read_text()
+    needed = set(re.findall(r"^\s*\[[^\]]+\]=([\w.+-]+)", script, re.MULTILINE))
+    start = README.index("(`scripts/system-packages`: ")
+    listed = set(re.findall(r"[\w.+-]+", README[start : README.index(";", start)]))
+    assert needed and needed - listed == set(), "installed by the script, not in README's list"
 
 
 def test_the_readme_names_every_metric_and_no_other() -> None:
