@@ -9,6 +9,8 @@ both ways, mechanically, as ``test_module_map.py`` checks the module map:
   has is on a line of it, and every flag a line names is one its verb takes; and every
   flag is named somewhere in the README;
 * the spec fields that change in place (``IN_PLACE``): README's sentence names them all;
+* the node.yaml settings the code's messages send a reader to (``git.timeout in
+  node.yaml``) are settings ``NodeFile`` takes;
 * the system packages ``scripts/system-packages`` installs: README's list names each;
 * metrics: the README names every family the node's and the gateway's ``/metrics``
   export, and no other ``reconcile_*`` name;
@@ -23,11 +25,13 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Any
 
 from controller.cli.main import build_parser
 from controller.core.planner.records import IN_PLACE
 from controller.daemon.metrics import FAMILIES as NODE_FAMILIES
 from controller.gateway.accounting.metrics import FAMILIES as GATEWAY_FAMILIES
+from controller.store.config.nodeconfig import NodeFile
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -105,6 +109,27 @@ def test_the_readme_names_the_fields_that_change_in_place() -> None:
     end = README.index("change in\nplace (the engine keeps running)")
     said = README[:end].rsplit("\n\n", 1)[1]  # the sentence, from its paragraph's start
     assert re.findall(r"`(\w+)`", said) == list(IN_PLACE)
+
+
+def _settings(schema: dict[str, Any], defs: dict[str, Any], at: str = "") -> set[str]:
+    """Every setting's dotted path (``git.verify.allowedSigners``) in a JSON Schema."""
+    found = set()
+    for key, field in schema.get("properties", {}).items():
+        found.add(at + key)
+        for part in [field, *field.get("anyOf", []), field.get("items", {})]:
+            ref = part.get("$ref", "").removeprefix("#/$defs/")
+            if ref:
+                found |= _settings(defs[ref], defs, f"{at}{key}.")
+    return found
+
+
+def test_a_node_yaml_setting_a_message_names_is_one_node_yaml_takes() -> None:
+    """The gateway's word on an engine whose /metrics wants its key sent the reader to
+    `gateway.apiKeys in node.yaml`, a setting node.yaml refuses as unknown."""
+    schema = NodeFile.model_json_schema(by_alias=True)
+    settings = _settings(schema, schema.get("$defs", {}))
+    named = set(re.findall(r"([a-z]\w*(?:\.\w+)+) in node\.yaml", _python("controller")))
+    assert named and named - settings == set(), "no such node.yaml setting"
 
 
 def test_the_readme_names_every_system_package_the_tests_use() -> None:
