@@ -14,7 +14,7 @@ both ways, mechanically, as ``test_module_map.py`` checks the module map:
 * the system packages ``scripts/system-packages`` installs: README's list names each;
 * metrics: the README names every family the node's and the gateway's ``/metrics``
   export, and no other ``reconcile_*`` name;
-* code names in docs/design.md's prose: a ``.py`` path is a file, a ``module.name_x``
+* code names in docs/design.md and README: a ``.py`` path is a file, a ``module.name_x``
   whose module is one of ``controller/``'s has ``name_x`` (a ``Class.name`` its class's
   module has ``name``), and a snake_case, ``_private``
   or CamelCase name (alone or dotted) is a word of the code, unless an engine or another
@@ -186,7 +186,7 @@ def _unknown(token: str, words: set[str], modules: dict[str, str], files: set[st
     return [n for n in _code_names(tail) if n not in ELSEWHERE and n not in words]
 
 
-def test_the_code_names_design_md_gives_are_the_codes() -> None:
+def test_the_code_names_the_pages_give_are_the_codes() -> None:
     """It named `manifests.load_mapping` (yamlread's), `core/measured.py` (folded into
     the planner's ledger), `DeploymentSpec._with_fallbacks`, `Front._loopback_host_only`
     and aiohttp's `handler_cancellation`, all gone."""
@@ -201,11 +201,12 @@ def test_the_code_names_design_md_gives_are_the_codes() -> None:
             modules[owner] = modules.get(owner, "") + text  # a class: its module's text
     files = {str(p.relative_to(ROOT)) for p in [*sources, *others]}
     wrong = []
-    section = ""
-    for number, line in enumerate(DESIGN.splitlines(), 1):
-        section = line if line.startswith("## ") else section
-        if section == OTHERS_SOURCES:
-            continue
-        for token in re.findall(r"`((?:[\w-]+/)*[\w.]+(?:\(\))?)`", line):
-            wrong += [(number, name) for name in _unknown(token, words, modules, files)]
-    assert wrong == [], f"docs/design.md (line, name): names the code lacks: {wrong}"
+    for page, text in (("docs/design.md", DESIGN), ("README.md", README)):
+        section = ""
+        for number, line in enumerate(text.splitlines(), 1):
+            section = line if line.startswith("## ") else section
+            if section == OTHERS_SOURCES:
+                continue
+            for token in re.findall(r"`((?:[\w-]+/)*[\w.]+(?:\(\))?)`", line):
+                wrong += [(page, number, n) for n in _unknown(token, words, modules, files)]
+    assert wrong == [], f"(page, line, name): names the code lacks: {wrong}"
