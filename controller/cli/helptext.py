@@ -135,11 +135,13 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
     "events": ("0   printed (or followed until interrupted)", "1   no such deployment here"),
     "down": (
         "0   stopped",
-        "1   some of this set runs on another node (run down there), or no such NAME",
+        "1   some of this set runs on another node (run down there), an engine is not "
+        "stopped (not provably reconcile's), or no such NAME",
     ),
     "restart": (
         "0   every instance is new and Ready (--no-wait: the restart is asked)",
-        "1   no such deployment, or a new instance cannot come up, or --timeout",
+        "1   no such deployment, the node is drained (refused), a new instance cannot "
+        "come up, or --timeout",
     ),
     "gateway": (
         "0   done (start: also when one serves already)",

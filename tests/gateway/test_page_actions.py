@@ -38,6 +38,8 @@ def test_restart_on_a_drained_node_is_refused_with_the_way_out(
     said = refused.err
     assert "restart refused" in said and "swap the fans" in said, said
     assert "`reconcile uncordon` first" in said, said
+    codes = reconcile("restart", "--help", check=0).out.split("exit codes:")[1]
+    assert "the node is drained (refused)" in codes, codes  # its help named no such 1
     _still_running(reconcile, pid)
     answer = g.request("POST", f"/ui/api/restart?token={token}", {"name": "web"}, JSON)
     assert answer.status == 409, answer

@@ -71,7 +71,10 @@ def test_an_xid_79_moves_the_engine_to_a_healthy_device_and_clear_returns_it(
     assert device_json(reconcile)["nvidia:1"]["health"] == "Healthy"
     reconcile.converge()  # the Xid line is still in the file: from before the clear
     assert reconcile.status()["whole"]["devices"] == ["nvidia:1"]
-    assert reconcile("devices", "--clear", "nvidia:7", check=64).out.startswith("no device")
+    # A usage error, said on stderr as every other (it was printed to stdout, bare)
+    unknown = reconcile("devices", "--clear", "nvidia:7", check=64)
+    assert unknown.out == "" and unknown.err.startswith("reconcile: no device nvidia:7"), unknown
+    assert "(its devices: nvidia:0, nvidia:1)" in unknown.err, unknown
     reconcile.down()
 
 

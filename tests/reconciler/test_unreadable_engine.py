@@ -127,6 +127,8 @@ def test_an_engine_not_provably_ours_is_kept_and_said_not_stopped(
     said = f"reconcile: capped: not stopped: pid {pid} runs"
     assert said in down.stderr and "is not readable to this user" in down.stderr, down
     assert "Run reconcile as the user that started it, or as root" in down.stderr, down
+    codes = rc("down", "--help", check=0).out.split("exit codes:")[1]
+    assert "an engine is not stopped" in codes, codes  # its help named no such 1
     assert alive(pid) and not alive(other), down
     kept = rc.record("capped")
     assert kept is not None and kept["phase"] == capped["phase"], kept

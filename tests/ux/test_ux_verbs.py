@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from controller.cli.main import OUTPUT_VERBS
+
 # DESIGN.md's documented fields of `status -o json`, plus the ones issue 6 adds.
 FIELDS = {"name", "phase", "pid", "port", "devices", "restarts", "ready", "spec_valid", "message"}
 FIELDS |= {"last_exit", "next_retry_at", "source", "revision", "engine", "node", "started_at"}
@@ -128,6 +130,15 @@ def _describe_redacts_and_keeps_the_cause_of_death(rc: Any) -> None:
     runs = rc.record("crashy")["restarts"] + 1
     assert events.count("spawned pid") == runs and "BackOff" in events and "restart in" in events
     assert rc("describe", "nope", check=1).err.startswith("reconcile: no deployment named 'nope'")
+
+
+def test_an_unknown_output_format_is_a_usage_error_on_every_verb(reconcile: Any) -> None:
+    """DESIGN.md: usage errors exit 64. `source -o xml` and `history -o xml` exited 1, as
+    if the state dir had no git source: a script could not tell its slip from a node's."""
+    verbs = [[v] for v in OUTPUT_VERBS if v != "describe"]
+    for verb in [*verbs, ["describe", "web"], ["logs", "--requests"], ["gateway", "status"]]:
+        refused = reconcile(*verb, "-o", "xml", check=None)
+        assert refused.code == 64 and "xml" in refused.err, (verb, str(refused))
 
 
 def test_logs_tail_previous_and_follow(running: Any) -> None:

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, config, output_format
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, output_format
 from controller.store.instances.records import RecordStore
 from controller.store.sources.git import source as gitsource
 
@@ -44,7 +44,7 @@ def summary(state_dir: Path) -> tuple[str, str | None] | None:
 def cmd_source(args: argparse.Namespace) -> int:
     fmt = output_format(args, "text", ("text", "json"))
     if fmt is None:
-        return EXIT_FAIL
+        return EXIT_USAGE
     cfg = config(args, lenient=True)
     seen = source_state(cfg.state_dir)
     if seen is None:

@@ -189,7 +189,11 @@ def _clear(cfg: Config, known: tuple[str, ...], names: list[str]) -> int:
     unknown = [n for n in names if n not in known]
     if unknown:
         shown = ", ".join(known) or "none"
-        print(f"no device {', '.join(unknown)} on node {cfg.node} (its devices: {shown})")
+        print(
+            f"reconcile: no device {', '.join(unknown)} on node {cfg.node} (its devices: "
+            f"{shown}): name one of those, as `reconcile devices` lists them",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     RecordStore(cfg.state_dir).ensure()
     now = datetime.now(UTC)

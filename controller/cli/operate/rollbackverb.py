@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, output_format
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, looks, output_format
 from controller.cli.common import reconciler as build
 from controller.core.manifest.names import base_name
 from controller.errors import LockTimeout
@@ -37,7 +37,7 @@ APPLY_WAIT = 60.0  # seconds to wait for the daemon's pass to apply the pin
 def cmd_history(args: argparse.Namespace) -> int:
     fmt = output_format(args, "table", ("table", "json"))
     if fmt is None:
-        return EXIT_FAIL
+        return EXIT_USAGE
     cfg = config(args, lenient=True)
     if gitsource.peek_status(cfg.state_dir) is None:  # a read verb moves nothing aside
         return _no_source(cfg)

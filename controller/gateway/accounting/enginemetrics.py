@@ -208,7 +208,7 @@ class EngineMetricsReader:
             deployment=rec.name,
             status=status,
             next="leave the engine's own --api-key off and keep the gateway's keys in"
-            " front of it (gateway.apiKeys in node.yaml)",
+            " front of it (the daemon's --api-keys FILE, or RECONCILE_API_KEYS)",
         )
 
 
