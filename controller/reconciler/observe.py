@@ -4,6 +4,7 @@ liveness answers of Ready engines) -> one ``Observed``."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -118,12 +119,21 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
     return RecordView(
         record=rec,
         alive=alive,
-        maker_alive=rec.ref is None and process_alive(rec.reserved_by),  # a local process
+        maker_alive=rec.ref is None and _maker_elsewhere(rec.reserved_by),
         exit=exit_info,
         markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
         instance=backend.instance_of(rec) if alive else None,
         age=age(rec.ref) if alive else None,
     )
+
+
+def _maker_elsewhere(maker: ProcessRef | None) -> bool:
+    """Whether a reservation's maker (a local process) lives and is not this process. A
+    pass observes with no reservation of its own process in flight (each round's spawns
+    end before the next looks), so one this process made is a leftover of a pass that
+    failed between the reservation and the engine's record (ENOSPC on the state dir): a
+    daemon, alive, would leave it Reserved for its whole life (invariant 3)."""
+    return process_alive(maker) and maker is not None and maker.pid != os.getpid()
 
 
 def _targets(views: Iterable[RecordView], keys: Keys) -> dict[str, ProbeTarget]:

@@ -51,6 +51,25 @@ def test_a_reaped_orphan_is_no_zombie(reconcile: Any, daemon: Any, finish: Any) 
     finish(d)
 
 
+def test_a_pass_that_failed_after_a_spawn_leaves_no_reservation_for_the_daemon_s_life(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """A pass that failed between an engine's spawn and its record's write (ENOSPC: the
+    state dir's disk full) left the record Reserved, with no pid, for the daemon's whole
+    life: its maker, the daemon, lived on, and a live maker's reservation is left alone.
+    Its next pass adopts the engine by its marker: one engine, Ready."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    armed = {"RECONCILE_FAILPOINTS": "executor.spawn.before_record=enospc"}
+    d = daemon(resync="0.3s", env=armed)  # passes come by themselves after the failure
+    failed = d.wait(lambda: d.lines("pass failed"), "the pass that failed after the spawn")
+    assert "No space left on device" in failed[0]["error"], failed
+    pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready (its engine adopted)")
+    assert rc.pids("web") == {pid}, "one engine: the spawned one, never a second"
+    assert rc.record("web")["devices"] == ["nvidia:0"]
+    finish(d)
+
+
 def _torn_under_its_engine(rc: Any) -> dict[str, Any]:
     """``web`` Ready on one device, then its record torn (``{``): the record it had."""
     rc.write("web", devices={"count": 1})
