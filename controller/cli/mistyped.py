@@ -35,6 +35,11 @@ HABITS = {
     "version": "`reconcile --version`",
     "check": "`reconcile validate`",
     "lint": "`reconcile validate`",
+    # kubectl's: `cordon` is one letter from `uncordon`, which does the opposite
+    "cordon": "`reconcile drain` (nothing new starts; `--evict` stops what runs too)",
+    "scale": "set `spec.replicas` in the manifest (or `spec.autoscale`): the next pass applies it",
+    "edit": "edit the manifest file (`reconcile describe NAME` names it): the next pass applies it",
+    "rollout": "`reconcile restart NAME` (rollout restart), `reconcile --once --wait` (status)",
 }
 _INVALID = re.compile(r"^argument \[VERB\]: invalid choice: '(?P<word>[^']*)' \(choose from ")
 

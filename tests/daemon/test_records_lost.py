@@ -57,14 +57,17 @@ def test_a_pass_that_failed_after_a_spawn_leaves_no_reservation_for_the_daemon_s
     """A pass that failed between an engine's spawn and its record's write (ENOSPC: the
     state dir's disk full) left the record Reserved, with no pid, for the daemon's whole
     life: its maker, the daemon, lived on, and a live maker's reservation is left alone.
-    Its next pass adopts the engine by its marker: one engine, Ready."""
+    Its next pass adopts the engine by its marker: one engine, Ready. The failure's line
+    says the next move, and the pass that goes through again says so."""
     rc = reconcile
     rc.write("web", devices={"count": 1})
     armed = {"RECONCILE_FAILPOINTS": "executor.spawn.before_record=enospc"}
     d = daemon(resync="0.3s", env=armed)  # passes come by themselves after the failure
     failed = d.wait(lambda: d.lines("pass failed"), "the pass that failed after the spawn")
     assert "No space left on device" in failed[0]["error"], failed
+    assert failed[0]["next"].startswith("free space on (or fix the permissions of)"), failed
     pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready (its engine adopted)")
+    d.wait(lambda: d.lines("passes go through again"), "the failure's end said")
     assert rc.pids("web") == {pid}, "one engine: the spawned one, never a second"
     assert rc.record("web")["devices"] == ["nvidia:0"]
     finish(d)
