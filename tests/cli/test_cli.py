@@ -215,6 +215,17 @@ def test_a_mistyped_name_gets_a_did_you_mean_on_every_verb(reconcile: Any) -> No
     reconcile.down()
 
 
+def test_kubectl_s_type_slash_name_gets_the_name_meant(reconcile: Any) -> None:
+    """kubectl's `get deployment/web` said only "no deployment named 'deployment/web'
+    (known: web)"; it names the one meant and why."""
+    reconcile.write("web")
+    reconcile.once()
+    for verb in (["get"], ["describe"], ["events"], ["logs"]):
+        err = reconcile(*verb, "deployment/web", check=1).err
+        assert "did you mean 'web'? (NAME alone: no kubectl TYPE/ before it)" in err, (verb, err)
+    reconcile.down()
+
+
 def test_status_of_nothing(reconcile: Any) -> None:
     assert reconcile("status", "-o", "json", check=0).json() == []
 
