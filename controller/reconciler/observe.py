@@ -116,10 +116,12 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
             if rec.container is not None and not rec.on_cluster:
                 why = RUN_UNSAID  # never our child: its `run` was killed, or its runtime failed
             exit_info = ExitInfo(at=now, reason=why)
+    maker = _maker_lives(rec.reserved_by) if rec.ref is None else None  # a local process
     return RecordView(
         record=rec,
         alive=alive,
-        maker_alive=rec.ref is None and _maker_elsewhere(rec.reserved_by),
+        maker_alive=maker is False,
+        maker_here=maker is True,
         exit=exit_info,
         markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
         instance=backend.instance_of(rec) if alive else None,
@@ -127,13 +129,16 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
     )
 
 
-def _maker_elsewhere(maker: ProcessRef | None) -> bool:
-    """Whether a reservation's maker (a local process) lives and is not this process. A
-    pass observes with no reservation of its own process in flight (each round's spawns
-    end before the next looks), so one this process made is a leftover of a pass that
-    failed between the reservation and the engine's record (ENOSPC on the state dir): a
-    daemon, alive, would leave it Reserved for its whole life (invariant 3)."""
-    return process_alive(maker) and maker is not None and maker.pid != os.getpid()
+def _maker_lives(maker: ProcessRef | None) -> bool | None:
+    """Whether a reservation's maker (a local process) is this process (True), another
+    live one (False), or gone (None). A pass observes with no reservation of its own
+    process in flight (each round's spawns end before the next looks), so one this
+    process made is a leftover of a pass that failed between the reservation and the
+    engine's record (ENOSPC on the state dir): resolved as a dead maker's, or a daemon,
+    alive, would leave it Reserved for its whole life (invariant 3)."""
+    if maker is None or not process_alive(maker):
+        return None
+    return maker.pid == os.getpid()
 
 
 def _targets(views: Iterable[RecordView], keys: Keys) -> dict[str, ProbeTarget]:

@@ -70,6 +70,8 @@ def test_a_pass_that_failed_after_a_spawn_leaves_no_reservation_for_the_daemon_s
     d.wait(lambda: d.lines("passes go through again"), "the failure's end said")
     assert rc.pids("web") == {pid}, "one engine: the spawned one, never a second"
     assert rc.record("web")["devices"] == ["nvidia:0"]
+    (adopt,) = [e for e in rc.events("web") if e["action"] == "adopt"]
+    assert f"its maker (pid {d.pid}) left it in a pass that failed" in adopt["reason"], adopt
     finish(d)
 
 
