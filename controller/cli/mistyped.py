@@ -41,6 +41,14 @@ HABITS = {
     "edit": "edit the manifest file (`reconcile describe NAME` names it): the next pass applies it",
     "rollout": "`reconcile restart NAME` (rollout restart), `reconcile --once --wait` (status)",
 }
+# kubectl's flags and reconcile's way to do what they do.
+FLAG_HABITS = {
+    "--for": "`reconcile events NAME` (kubectl's `events --for`)",
+    "--since": "`--tail N` (logs keep no time index)",
+    "-A": "a node has no namespaces: `reconcile status` lists every deployment",
+    "--all-namespaces": "a node has no namespaces: `reconcile status` lists every deployment",
+    "--show-labels": "`-o json` (each item's `labels`), or select with `-l`",
+}
 _INVALID = re.compile(r"^argument \[VERB\]: invalid choice: '(?P<word>[^']*)' \(choose from ")
 
 
@@ -80,6 +88,9 @@ def unrecognized(extras: Sequence[str], flags: Sequence[str]) -> str:
             close = did_you_mean(word.partition("=")[0][2:], names, cutoff=0.75)
             if close is not None:
                 return f"{message}: did you mean `{names[close]}`?"
+        habit = FLAG_HABITS.get(word.partition("=")[0])
+        if habit is not None:
+            return f"{message}: {habit}"
     return message
 
 
