@@ -49,6 +49,13 @@ FLAG_HABITS = {
     "--all-namespaces": "a node has no namespaces: `reconcile status` lists every deployment",
     "--show-labels": "`-o json` (each item's `labels`), or select with `-l`",
 }
+# kubectl's resource types, given where reconcile takes a deployment's NAME (`get pods`).
+_EVERY = "`reconcile status` with no NAME lists every deployment"
+KINDS = {
+    **dict.fromkeys(("all", "deployments", "deployment", "deploy", "pods", "pod", "po"), _EVERY),
+    **dict.fromkeys(("nodes", "node", "no"), "`reconcile devices` shows the node's devices"),
+    **dict.fromkeys(("events", "event", "ev"), "`reconcile events` with no NAME shows them all"),
+}
 _INVALID = re.compile(r"^argument \[VERB\]: invalid choice: '(?P<word>[^']*)' \(choose from ")
 
 
@@ -103,3 +110,9 @@ def _unknown_flag_before(word: str, given: Sequence[str], flags: Sequence[str]) 
         if not any(f.startswith(before) for f in flags):
             return before
     return None
+
+
+def kind_meant(name: str) -> str | None:
+    """What a kubectl resource type given as a deployment's NAME means here, if it is one."""
+    habit = KINDS.get(name.lower())
+    return None if habit is None else f"{name!r} is a kubectl resource type: {habit}"

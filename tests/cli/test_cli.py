@@ -226,6 +226,27 @@ def test_kubectl_s_type_slash_name_gets_the_name_meant(reconcile: Any) -> None:
     reconcile.down()
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["get", "pods"], "'pods' is a kubectl resource type: `reconcile status` with no NAME"),
+        (["get", "nodes"], "'nodes' is a kubectl resource type: `reconcile devices` shows"),
+        (["describe", "deploy"], "'deploy' is a kubectl resource type: `reconcile status`"),
+    ],
+    ids=["get-pods", "get-nodes", "describe-deploy"],
+)
+def test_a_kubectl_resource_type_as_the_name_says_what_lists_them(
+    reconcile: Any, args: list[str], said: str
+) -> None:
+    """`get pods` beside a deployment named prod got "did you mean 'prod'?": kubectl's
+    resource types are said for what they are, with the verb that lists."""
+    reconcile.write("prod")
+    reconcile.once()
+    err = reconcile(*args, check=1).err
+    assert said in err and "did you mean" not in err, err
+    reconcile.down()
+
+
 def test_status_of_nothing(reconcile: Any) -> None:
     assert reconcile("status", "-o", "json", check=0).json() == []
 
