@@ -90,6 +90,7 @@ def no_such(name: str, known: Iterable[str], where: object, gone: Iterable[str] 
     under "known" they read as deployments the node still has."""
     from difflib import get_close_matches
 
+    from controller.cli.mistyped import kind_meant
     from controller.core.manifest.excerpt import did_you_mean
 
     live = sorted(set(known))
@@ -97,6 +98,11 @@ def no_such(name: str, known: Iterable[str], where: object, gone: Iterable[str] 
     names = sorted({*live, *old})
     hint = did_you_mean(name, names) or next(iter(get_close_matches(name, names, 1, 0.6)), None)
     said = f"; did you mean {hint!r}?" if hint else ""
+    kind, slash, bare = name.rpartition("/")
+    if slash and kind and bare in names:  # kubectl's TYPE/NAME (`deployment/web`)
+        hint, said = bare, f"; did you mean {bare!r}? (NAME alone: no kubectl TYPE/ before it)"
+    if kind_meant(name):  # `get pods`: not "did you mean 'prod'?"
+        hint, said = name, f"; {kind_meant(name)}"
     listed = [f"known: {', '.join(live)}"] if live else []
     listed += [f"logs kept of removed deployments: {', '.join(old)}"] if old else []
     shown = f" ({'; '.join(listed)})" if listed and not hint else ""

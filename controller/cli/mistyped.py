@@ -39,6 +39,26 @@ HABITS = {
     "suspend": "`reconcile rollback REV` with the commit `reconcile source` says is applied"
     " (the node keeps fetching, applies nothing new until `reconcile rollback --resume`)",
     "resume": "`reconcile rollback --resume` (follows the branch or tag again)",
+    # kubectl's: `cordon` is one letter from `uncordon`, which does the opposite
+    "cordon": "`reconcile drain` (nothing new starts; `--evict` stops what runs too)",
+    "scale": "set `spec.replicas` in the manifest (or `spec.autoscale`): the next pass applies it",
+    "edit": "edit the manifest file (`reconcile describe NAME` names it): the next pass applies it",
+    "rollout": "`reconcile restart NAME` (rollout restart), `reconcile --once --wait` (status)",
+}
+# kubectl's flags and reconcile's way to do what they do.
+FLAG_HABITS = {
+    "--for": "`reconcile events NAME` (kubectl's `events --for`)",
+    "--since": "`--tail N` (logs keep no time index)",
+    "-A": "a node has no namespaces: `reconcile status` lists every deployment",
+    "--all-namespaces": "a node has no namespaces: `reconcile status` lists every deployment",
+    "--show-labels": "`-o json` (each item's `labels`), or select with `-l`",
+}
+# kubectl's resource types, given where reconcile takes a deployment's NAME (`get pods`).
+_EVERY = "`reconcile status` with no NAME lists every deployment"
+KINDS = {
+    **dict.fromkeys(("all", "deployments", "deployment", "deploy", "pods", "pod", "po"), _EVERY),
+    **dict.fromkeys(("nodes", "node", "no"), "`reconcile devices` shows the node's devices"),
+    **dict.fromkeys(("events", "event", "ev"), "`reconcile events` with no NAME shows them all"),
 }
 _INVALID = re.compile(r"^argument \[VERB\]: invalid choice: '(?P<word>[^']*)' \(choose from ")
 
@@ -79,6 +99,9 @@ def unrecognized(extras: Sequence[str], flags: Sequence[str]) -> str:
             close = did_you_mean(word.partition("=")[0][2:], names, cutoff=0.75)
             if close is not None:
                 return f"{message}: did you mean `{names[close]}`?"
+        habit = FLAG_HABITS.get(word.partition("=")[0])
+        if habit is not None:
+            return f"{message}: {habit}"
     return message
 
 
@@ -91,3 +114,9 @@ def _unknown_flag_before(word: str, given: Sequence[str], flags: Sequence[str]) 
         if not any(f.startswith(before) for f in flags):
             return before
     return None
+
+
+def kind_meant(name: str) -> str | None:
+    """What a kubectl resource type given as a deployment's NAME means here, if it is one."""
+    habit = KINDS.get(name.lower())
+    return None if habit is None else f"{name!r} is a kubectl resource type: {habit}"

@@ -252,6 +252,7 @@ class Release(Action):
     # A port move (another process took the port of an engine not running): the record
     # stays, Pending with this restart count, which the next placement takes up.
     restarts: int | None = None
+    afresh: str = "another port"  # what such a move's placement looks for (its event says)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -396,6 +396,7 @@ class RecordView:
     record: Record
     alive: bool = False  # the engine (ref) is alive with the recorded identity
     maker_alive: bool = False  # the reservation's maker still runs
+    maker_here: bool = False  # ... and is the observing process: a pass of its that failed
     exit: ExitInfo | None = None  # how the engine ended, when it was our child
     probe: ProbeResult | None = None
     # The liveness answers no pass has counted yet, oldest first.

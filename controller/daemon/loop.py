@@ -63,6 +63,11 @@ SLACK = 0.005  # fire just after a record's due time, never just before
 HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waiting its turn)
 WATCHED = (Phase.STARTING, Phase.READY)
 AT_ONCE = "folder at once"  # the pass of a first whole change after quiet (_debounce)
+# What a pass stopped by the state dir's disk (full, failing, not writable) leaves to do.
+IO_NEXT = (
+    "free space on (or fix the permissions of) the disk it names: the daemon tries again at "
+    "every resync (SIGUSR1: now), resuming from the records on disk"
+)
 GIT_FETCH = "git fetch"  # the git source's own timer (its interval), and its fetch's end
 GIT_MOVE = "git move retry"  # a failed move's back-off ended: a pass moves again
 TIMED = frozenset(
@@ -384,11 +389,18 @@ class Daemon:
             self._unreachable(str(exc))
             self.timers.after("resync", self.resync, "resync")
             return
-        except (ReconcileError, OSError) as exc:
+        except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
+            log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=IO_NEXT)
+            self._said["io"] = str(exc)  # the pass that goes through again says so
+            self.timers.after("resync", self.resync, "resync")
+            return
+        except ReconcileError as exc:
             log.error("pass failed", trigger=",".join(triggers), error=str(exc))
             self.timers.after("resync", self.resync, "resync")
             return
         self._said.pop("lock", None)
+        if self._said.pop("io", None) is not None:
+            log.info("passes go through again", after=",".join(triggers))
         if self._said.pop("unreachable", None) is not None:
             log.info("the cluster answers again")
         if result.deferred:  # it did nothing: the settle's pass follows

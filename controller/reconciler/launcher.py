@@ -550,7 +550,7 @@ class Launcher:
         rec = self.store.read(action.name) if action.restarts is not None else None
         if rec is not None and action.restarts is not None:  # a port move: placed again
             self.store.write(_unplaced(rec, action.reason, restarts=action.restarts))
-            self.event(action.name, action.verb, action.reason, "Pending for another port")
+            self.event(action.name, action.verb, action.reason, f"Pending for {action.afresh}")
             return True
         self._drop(action, "record dropped")
         return True

@@ -7,6 +7,7 @@ import dataclasses
 import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Literal
 
 from controller.backends.base import Backend
 from controller.core.manifest import backendnames
@@ -126,15 +127,29 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
             if rec.container is not None and not rec.on_cluster:
                 why = RUN_UNSAID  # never our child: its `run` was killed, or its runtime failed
             exit_info = ExitInfo(at=now, reason=why)
+    maker = _maker(rec.reserved_by) if rec.ref is None else "gone"  # a local process
     return RecordView(
         record=rec,
         alive=alive,
-        maker_alive=rec.ref is None and process_alive(rec.reserved_by),  # a local process
+        maker_alive=maker == "elsewhere",
+        maker_here=maker == "here",
         exit=exit_info,
         markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
         instance=backend.instance_of(rec) if alive else None,
         age=age(rec.ref) if alive else None,
     )
+
+
+def _maker(maker: ProcessRef | None) -> Literal["gone", "here", "elsewhere"]:
+    """Where a reservation's maker (a local process) is: gone, this process, or another
+    live one. A pass observes with no reservation of its own process in flight (each
+    round's spawns end before the next looks), so one this process made is a leftover of
+    a pass that failed between the reservation and the engine's record (ENOSPC on the
+    state dir): resolved as a dead maker's, or a daemon, alive, would leave it Reserved
+    for its whole life (invariant 3)."""
+    if maker is None or not process_alive(maker):
+        return "gone"
+    return "here" if maker.pid == os.getpid() else "elsewhere"
 
 
 def _targets(views: Iterable[RecordView], keys: Keys) -> dict[str, ProbeTarget]:

@@ -215,6 +215,38 @@ def test_a_mistyped_name_gets_a_did_you_mean_on_every_verb(reconcile: Any) -> No
     reconcile.down()
 
 
+def test_kubectl_s_type_slash_name_gets_the_name_meant(reconcile: Any) -> None:
+    """kubectl's `get deployment/web` said only "no deployment named 'deployment/web'
+    (known: web)"; it names the one meant and why."""
+    reconcile.write("web")
+    reconcile.once()
+    for verb in (["get"], ["describe"], ["events"], ["logs"]):
+        err = reconcile(*verb, "deployment/web", check=1).err
+        assert "did you mean 'web'? (NAME alone: no kubectl TYPE/ before it)" in err, (verb, err)
+    reconcile.down()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["get", "pods"], "'pods' is a kubectl resource type: `reconcile status` with no NAME"),
+        (["get", "nodes"], "'nodes' is a kubectl resource type: `reconcile devices` shows"),
+        (["describe", "deploy"], "'deploy' is a kubectl resource type: `reconcile status`"),
+    ],
+    ids=["get-pods", "get-nodes", "describe-deploy"],
+)
+def test_a_kubectl_resource_type_as_the_name_says_what_lists_them(
+    reconcile: Any, args: list[str], said: str
+) -> None:
+    """`get pods` beside a deployment named prod got "did you mean 'prod'?": kubectl's
+    resource types are said for what they are, with the verb that lists."""
+    reconcile.write("prod")
+    reconcile.once()
+    err = reconcile(*args, check=1).err
+    assert said in err and "did you mean" not in err, err
+    reconcile.down()
+
+
 def test_status_of_nothing(reconcile: Any) -> None:
     assert reconcile("status", "-o", "json", check=0).json() == []
 

@@ -144,6 +144,20 @@ def test_no_capacity_among_candidates_says_they_are_the_limit() -> None:
     )
 
 
+def test_no_capacity_among_candidates_names_those_the_inventory_lacks() -> None:
+    """nvidia:1 taken out of RECONCILE_DEVICES while a manifest still lists it: "0 free of
+    candidates [0, 1]" read as if 1 were held by someone; it says 1 is not there."""
+    ledger = Ledger()
+    ledger.take("a", ["nvidia:0"], [8000], False)
+    want = {"count": 1, "kind": "nvidia", "candidates": ["0", "1"]}
+    got = place(spec(devices=want), inventory("nvidia:0", "nvidia:2"), ledger)
+    assert got == Unplaced(
+        "no capacity: needs 1 nvidia device, 0 free of candidates [0, 1] (1 not in the "
+        "inventory) — held by a [nvidia:0]: widen devices.candidates, remove a manifest or "
+        "lower devices.count"
+    )
+
+
 def test_no_device_of_that_kind() -> None:
     got = place(spec(devices={"count": 2, "kind": "amd"}), inventory("nvidia:0"), Ledger())
     assert isinstance(got, Unplaced)

@@ -51,6 +51,30 @@ def test_a_reaped_orphan_is_no_zombie(reconcile: Any, daemon: Any, finish: Any) 
     finish(d)
 
 
+def test_a_pass_that_failed_after_a_spawn_leaves_no_reservation_for_the_daemon_s_life(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """A pass that failed between an engine's spawn and its record's write (ENOSPC: the
+    state dir's disk full) left the record Reserved, with no pid, for the daemon's whole
+    life: its maker, the daemon, lived on, and a live maker's reservation is left alone.
+    Its next pass adopts the engine by its marker: one engine, Ready. The failure's line
+    says the next move, and the pass that goes through again says so."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    armed = {"RECONCILE_FAILPOINTS": "executor.spawn.before_record=enospc"}
+    d = daemon(resync="0.3s", env=armed)  # passes come by themselves after the failure
+    failed = d.wait(lambda: d.lines("pass failed"), "the pass that failed after the spawn")
+    assert "No space left on device" in failed[0]["error"], failed
+    assert failed[0]["next"].startswith("free space on (or fix the permissions of)"), failed
+    pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready (its engine adopted)")
+    d.wait(lambda: d.lines("passes go through again"), "the failure's end said")
+    assert rc.pids("web") == {pid}, "one engine: the spawned one, never a second"
+    assert rc.record("web")["devices"] == ["nvidia:0"]
+    (adopt,) = [e for e in rc.events("web") if e["action"] == "adopt"]
+    assert f"its maker (pid {d.pid}) left it in a pass that failed" in adopt["reason"], adopt
+    finish(d)
+
+
 def _torn_under_its_engine(rc: Any) -> dict[str, Any]:
     """``web`` Ready on one device, then its record torn (``{``): the record it had."""
     rc.write("web", devices={"count": 1})

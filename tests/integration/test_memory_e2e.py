@@ -177,7 +177,8 @@ def test_a_crash_on_a_device_gone_from_the_inventory_is_placed_afresh(reconcile:
     """A device taken out of --devices (sent for repair) keeps the engine running on it;
     once that engine crashed, its restart went back onto the card the inventory no
     longer has. The restart is placed afresh, within the inventory: here nowhere, so
-    the deployment waits Pending, saying so, and nothing runs on the card."""
+    the deployment waits Pending, saying so, and nothing runs on the card. Its event
+    said "Pending for another port", as a port move's does."""
     reconcile.devices = "nvidia:0,nvidia:1"
     reconcile.write("web", devices={"count": 1, "kind": "nvidia", "candidates": ["1"]})
     reconcile.converge()
@@ -191,8 +192,9 @@ def test_a_crash_on_a_device_gone_from_the_inventory_is_placed_afresh(reconcile:
     assert record is not None and record["phase"] == "Pending", record
     assert record["devices"] == [] and reconcile.pids("web") == set(), record
     assert "among candidates [1]" in record["message"], record
-    events = [e.get("reason", "") for e in reconcile.events("web")]
-    assert any("nvidia:1 is no longer in the node's inventory" in e for e in events), events
+    gone = "nvidia:1 is no longer in the node's inventory"
+    (moved,) = [e for e in reconcile.events("web") if gone in e.get("reason", "")]
+    assert moved["outcome"] == "Pending for other devices", moved  # not "another port"
     reconcile.down()
 
 

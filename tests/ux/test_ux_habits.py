@@ -218,6 +218,10 @@ def test_describe_of_an_idle_deployment_claims_no_probe_it_lacks(reconcile: Any)
         # `flux suspend`: a Flux or Argo CD user's way to hold a source, a rollback's pin here
         ("suspend", "'suspend' is no verb of reconcile's: `reconcile rollback REV` with the"),
         ("resume", "'resume' is no verb of reconcile's: `reconcile rollback --resume`"),
+        ("cordon", "'cordon' is no verb of reconcile's: `reconcile drain` (nothing new"),
+        ("scale", "'scale' is no verb of reconcile's: set `spec.replicas` in the manifest"),
+        ("edit", "'edit' is no verb of reconcile's: edit the manifest file"),
+        ("rollout", "'rollout' is no verb of reconcile's: `reconcile restart NAME`"),
         ("manifests/", "'manifests/' is no verb: give a folder or manifest with -f"),
         ("web.yaml", "(`reconcile -f web.yaml`)"),
         ("xyzzy", "invalid choice: 'xyzzy' (choose from 'plan', 'status'"),
@@ -227,7 +231,8 @@ def test_a_verb_that_is_none_names_the_one_meant(
     capsys: pytest.CaptureFixture[str], verb: str, said: str
 ) -> None:
     """kubectl's `apply`, compose's `ps`, a slip of the keys, a folder as the verb: argparse
-    listed every verb; the one meant is named, on the one line a usage error is."""
+    listed every verb; the one meant is named, on the one line a usage error is. kubectl's
+    `cordon` got "did you mean `uncordon`?", the opposite of what it does."""
     with pytest.raises(SystemExit) as ended:
         build_parser().parse_args([verb])
     assert ended.value.code == 64

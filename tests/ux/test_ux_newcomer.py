@@ -109,6 +109,24 @@ def test_a_misspelt_flag_gets_a_did_you_mean(reconcile: Any, args: list[str], me
     assert len(result.err.strip().splitlines()) == 1, result
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["events", "--for", "web"], "--for: `reconcile events NAME`"),
+        (["logs", "web", "--since", "1m"], "--since 1m: `--tail N`"),
+        (["status", "-A"], "-A: a node has no namespaces: `reconcile status` lists every"),
+        (["get", "--show-labels"], "--show-labels: `-o json` (each item's `labels`)"),
+    ],
+    ids=["events-for", "logs-since", "all-namespaces", "show-labels"],
+)
+def test_a_kubectl_flag_gets_reconciles_way(reconcile: Any, args: list[str], said: str) -> None:
+    """kubectl's `events --for`, `logs --since`, `get -A` were "unrecognized arguments"
+    alone: the way reconcile does it is named, on the usage error's one line."""
+    result = reconcile(*args, check=64)
+    assert f"unrecognized arguments: {said}" in result.err, result
+    assert len(result.err.strip().splitlines()) == 1, result
+
+
 # A real SIGINT, sent as the command starts importing its modules (a person's Ctrl-C at once)
 CTRL_C_AT_IMPORT = """
 import os, runpy, signal, sys

@@ -184,6 +184,19 @@ def test_a_restart_that_cannot_progress_says_why(reconcile: Any) -> None:
     rc.down()
 
 
+def test_a_restart_that_times_out_says_where_it_stands_and_where_to_look(reconcile: Any) -> None:
+    """`timed out waiting for the restart of web` said neither what the new instance was
+    doing (Starting: its probe never passes) nor where to look (on a full disk the
+    daemon's passes failed, and nothing else said so)."""
+    rc = reconcile
+    rc.write("web", readiness={"httpGet": {"path": "/nope"}, "periodSeconds": 0.5})
+    rc.once(check=None)
+    late = rc("restart", "web", "--timeout", "2s", check=1)
+    assert "timed out waiting for the restart (web: " in late.err, late
+    assert "`reconcile events NAME` say why" in late.err, late
+    rc.down()
+
+
 def test_the_request_file_names_only_deployments_and_a_torn_one_is_none(tmp_path: Path) -> None:
     at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     restart.request(tmp_path, "web", at)

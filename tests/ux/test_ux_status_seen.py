@@ -52,6 +52,25 @@ def test_status_says_when_it_was_observed_and_refresh_looks_now(reconcile: Any) 
     rc.down()
 
 
+def test_refresh_shows_what_a_starting_engine_s_probe_answers(reconcile: Any) -> None:
+    """An engine Starting with a probe that will never pass (a wrong health path: 404)
+    showed no MESSAGE, `--refresh` too, until its deadline (600 s by default) failed it:
+    a slow load and a wrong path looked the same. `--refresh` shows the probe's answer."""
+    rc = reconcile
+    rc.write("web", readiness={"httpGet": {"path": "/nope"}, "periodSeconds": 0.5})
+    rc.once(check=None)
+    assert _item(rc)["phase"] == "Starting"
+
+    def answered() -> dict[str, Any] | None:
+        item = _item(rc, "--refresh")
+        return item if "-> 404" in item["message"] else None
+
+    item = rc.wait_for(answered, timeout=60, what="the probe's 404 shown by `status --refresh`")
+    assert item["phase"] == "Starting", item
+    assert item["message"].startswith("readiness probe: GET /nope -> 404 (seen now"), item
+    rc.down()
+
+
 def test_another_sets_pass_does_not_make_a_record_look_freshly_seen(reconcile: Any) -> None:
     """Two manifest sets on one node: a pass judges only its own set's records, yet a
     cron set's record showed SEEN as old as the other set's (a daemon's) last pass, a few

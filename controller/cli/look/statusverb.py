@@ -275,6 +275,10 @@ def as_seen(view: RecordView, node: str) -> Record:
         return replace(rec, phase=phase, last_exit=gone or rec.last_exit, message=message)
     if rec.phase is Phase.STARTING and view.probe is not None and view.probe.ready:
         return replace(rec, phase=Phase.READY, message=f"{view.probe.detail} ({REFRESHED})")
+    if rec.phase is Phase.STARTING and view.probe is not None and not rec.message:
+        # What its probe answers now (kubectl's "Readiness probe failed"): a wrong health
+        # path looked like a slow load until the deadline (600 s by default) failed it.
+        return replace(rec, message=f"readiness probe: {view.probe.detail} ({REFRESHED})")
     return rec
 
 

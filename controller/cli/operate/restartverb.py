@@ -177,8 +177,14 @@ def _watch(
                 print(f"restarted {name} (pid {', '.join(pids) or '-'})")
             return EXIT_OK
         if time.monotonic() >= deadline:
-            waiting = ", ".join(n for n, w in left.items() if w)
-            print(f"reconcile: timed out waiting for the restart of {waiting}", file=sys.stderr)
+            waiting = printable("; ".join(f"{n}: {w}" for n, w in left.items() if w))
+            print(
+                f"reconcile: timed out waiting for the restart ({waiting}): `reconcile "
+                "describe NAME` and `reconcile events NAME` say why (with a daemon, its log "
+                "too); the restart goes on: wait with `reconcile status -w`, or ask again with "
+                "a longer --timeout",
+                file=sys.stderr,
+            )
             return EXIT_FAIL
     return EXIT_FAIL
 

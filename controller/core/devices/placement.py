@@ -290,11 +290,20 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
     held = "; ".join(f"{h} [{','.join(keys)}]" for h, keys in sorted(holders.items()))
     # Free devices beside the candidates would read as "0 free" of the whole node.
     where = f" of candidates {_listed(want.candidates)}" if want.candidates else ""
+    where += _absent(want.candidates, usable)
     way_out = "widen devices.candidates, " if want.candidates else ""
     return (
         f"no capacity: needs {want.count} {kind}{plural}, {free} free{where} — held by "
         f"{held or 'nobody'}: {way_out}{_moves(spec)}"
     )
+
+
+def _absent(candidates: Sequence[str] | None, usable: list[Device]) -> str:
+    """The candidates the inventory lacks, in words: a GPU taken out of --devices (or
+    gone from discovery) while the manifest still names it reads as one held otherwise."""
+    known = {name for d in usable for name in (d.id, d.key)}
+    absent = [c for c in candidates or () if c not in known]
+    return f" ({', '.join(absent)} not in the inventory)" if absent else ""
 
 
 def _listed(ids: Sequence[str]) -> str:

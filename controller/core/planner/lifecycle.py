@@ -189,8 +189,14 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[Judged, 
         return (Want(entry, f"back-off over (restart {rec.restarts + 1}): placing it", rec.name),)
     gone = _no_way_back(ctx, rec)
     if gone:  # a restart is a start: it never lands where a placement could not
-        reason = f"{'; '.join(gone)}: placing it afresh"
-        return (Release(name=rec.name, reason=reason, nonce=rec.nonce, restarts=rec.restarts + 1),)
+        moved = Release(
+            name=rec.name,
+            reason=f"{'; '.join(gone)}: placing it afresh",
+            nonce=rec.nonce,
+            restarts=rec.restarts + 1,
+            afresh="other devices",
+        )
+        return (moved,)
     taken = [p for p in rec.ports if p in ctx.observed.listening]
     if taken:  # a restart there would only crash-loop: release, place afresh next round
         reason = f"port {taken[0]} was taken by another process while the engine was down"

@@ -372,16 +372,18 @@ def _changed(
 
 def _resolve_reservation(view: RecordView) -> Adopt | Release:
     rec = view.record
+    # A maker alive here is this process, whose pass failed after the reservation.
+    left = "left it in a pass that failed" if view.maker_here else "is gone"
     leader = leader_of(view.markers)
     if leader is not None:
         return Adopt(
             name=rec.name,
-            reason=f"its maker (pid {_pid(rec)}) is gone; engine pid {leader.ref.pid} runs",
+            reason=f"its maker (pid {_pid(rec)}) {left}; engine pid {leader.ref.pid} runs",
             ref=leader.ref,
         )
     return Release(
         name=rec.name,
-        reason=f"reservation's maker (pid {_pid(rec)}) is gone and no engine was spawned",
+        reason=f"reservation's maker (pid {_pid(rec)}) {left} and no engine was spawned",
         nonce=rec.nonce,
     )
 
