@@ -34,6 +34,12 @@ it too: the fixes have their own tests).
 A held park once looped: the daemon armed a pass at once (a timeout out, or no demand:
 0 s) for an OnDemand engine the pass had left holding, and that pass held it again,
 hundreds of passes a second (0.35-0.5 s of CPU each second, counted 2026-12-07).
+
+At the daemon's default resync (5 s; the fixture's 1h hides it) each idle pass rewrote
+``observed.json``, ``pass.lock`` and the state dir's mode in the top folder, which the
+gateway watches for ``drain.json``: its watch thread woke tens of times a pass, 4.4-7.7
+wake-ups a second beside an idle engine. An idle pass writes its heartbeat alone now,
+out of that folder (``test_an_idle_daemon_at_its_default_resync_writes_only_its_heartbeat``).
 """
 
 from __future__ import annotations
