@@ -12,7 +12,10 @@ A pass that sees what the last one saw writes nothing here (as kubelet posts a s
 only on change): ``observed.json`` sits in the state dir's top folder, which the gateway
 watches for ``drain.json``, so a rewrite every resync woke it every 5 s. Its entries'
 ``at`` is then when the note last changed; each pass's time goes to
-``heartbeat/observed-at.json`` (a folder nobody watches), and a reader takes the later.
+``heartbeat/observed-at.json`` (a folder nobody watches) with the note's ``at`` it
+follows, and a reader takes the heartbeat's time while the note is that one: a note
+written since (a pass cut short between the two writes, an older reconcile after a
+downgrade) is newer than the heartbeat whatever the clock did.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Seen:
 
 
 Key = tuple[str, str]  # (node, owner): one entry each
+Beat = tuple[datetime, datetime]  # the last pass's time, the note's ``at`` it follows
 
 
 def _document(state_dir: Path) -> Document[list[Seen]]:
@@ -53,7 +57,7 @@ def _document(state_dir: Path) -> Document[list[Seen]]:
     return Document(state, state.observed, _decode, lambda seen: [_encode(s) for s in seen])
 
 
-def _heartbeat(state_dir: Path) -> Document[dict[Key, datetime]]:
+def _heartbeat(state_dir: Path) -> Document[dict[Key, Beat]]:
     state = StateDir(state_dir)
     return Document(state, state.observed_at, _decode_times, _encode_times)
 
@@ -64,12 +68,14 @@ def note(state_dir: Path, seen: Seen) -> None:
     key = (seen.node, seen.owner)
     notes = _document(state_dir).read() or []
     old = next((s for s in notes if (s.node, s.owner) == key), None)
-    if old is None:
-        _document(state_dir).write([*notes, seen])
-    elif replace(old, at=seen.at) != seen:  # in its place: the file's order stays
-        _document(state_dir).write([seen if s is old else s for s in notes])
-    times = _heartbeat(state_dir).read() or {}
-    _heartbeat(state_dir).write({**times, key: seen.at})
+    if old is not None and replace(old, at=seen.at) == seen:
+        noted = old.at  # the note stays as it is
+    else:  # new, or changed: in its place, so the file's order stays
+        noted = seen.at
+        fresh = [seen if s is old else s for s in notes]
+        _document(state_dir).write(fresh if old is not None else [*notes, seen])
+    beats = _heartbeat(state_dir).read() or {}
+    _heartbeat(state_dir).write({**beats, key: (seen.at, noted)})
 
 
 def read_all(state_dir: Path) -> list[Seen]:
@@ -82,10 +88,14 @@ def peek_all(state_dir: Path) -> list[Seen]:
     return _beating(_document(state_dir).peek() or [], _heartbeat(state_dir).peek() or {})
 
 
-def _beating(notes: list[Seen], times: dict[Key, datetime]) -> list[Seen]:
-    """Each note at its set's last pass: the heartbeat's time where it is later (a time
-    of a note written since is the later one; a heartbeat lost reads as the note's)."""
-    return [replace(s, at=max(s.at, times.get((s.node, s.owner), s.at))) for s in notes]
+def _beating(notes: list[Seen], beats: dict[Key, Beat]) -> list[Seen]:
+    """Each note at its set's last pass: the heartbeat's time where it follows this very
+    note, else the note's own (a heartbeat lost, or a note written since)."""
+    return [replace(s, at=_beat_of(s, beats.get((s.node, s.owner)))) for s in notes]
+
+
+def _beat_of(note: Seen, beat: Beat | None) -> datetime:
+    return beat[0] if beat is not None and beat[1] == note.at else note.at
 
 
 @dataclass
@@ -167,11 +177,20 @@ def _encode(seen: Seen) -> dict[str, Any]:
     }
 
 
-def _decode_times(data: Any) -> dict[Key, datetime]:
+def _decode_times(data: Any) -> dict[Key, Beat]:
     if not isinstance(data, list):
         raise TypeError(f"a list of entries, not {type(data).__name__}")
-    return {(str(i["node"]), str(i["owner"])): datetime.fromisoformat(i["at"]) for i in data}
+    return {
+        (str(i["node"]), str(i["owner"])): (
+            datetime.fromisoformat(i["at"]),
+            datetime.fromisoformat(i["noted"]),
+        )
+        for i in data
+    }
 
 
-def _encode_times(times: dict[Key, datetime]) -> list[dict[str, str]]:
-    return [{"node": n, "owner": o, "at": at.isoformat()} for (n, o), at in times.items()]
+def _encode_times(beats: dict[Key, Beat]) -> list[dict[str, str]]:
+    return [
+        {"node": n, "owner": o, "at": at.isoformat(), "noted": noted.isoformat()}
+        for (n, o), (at, noted) in beats.items()
+    ]

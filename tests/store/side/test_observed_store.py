@@ -4,6 +4,7 @@ the state dir's top folder (the gateway watches it for ``drain.json``); its time
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,3 +40,18 @@ def test_a_lost_heartbeat_reads_as_the_notes_own_time(tmp_path: Path) -> None:
     observed.note(tmp_path, replace(seen, at=AT + timedelta(seconds=5)))
     (tmp_path / "heartbeat" / "observed-at.json").unlink()
     assert observed.read_all(tmp_path) == [seen]
+
+
+def test_the_heartbeat_counts_while_it_follows_the_note_whatever_the_clock_did(
+    tmp_path: Path,
+) -> None:
+    seen = observed.Seen(node="n", owner="o", at=AT)
+    observed.note(tmp_path, seen)
+    stepped_back = replace(seen, at=AT - timedelta(hours=1))  # the wall clock set back
+    observed.note(tmp_path, stepped_back)
+    assert observed.peek_all(tmp_path) == [stepped_back]  # the last pass, not the note's
+    # An older reconcile (a downgrade) rewrites observed.json alone: its note is newer.
+    older = replace(seen, at=AT - timedelta(minutes=30))
+    entry = {"node": "n", "owner": "o", "at": older.at.isoformat(), "prune_blocked": None}
+    (tmp_path / "observed.json").write_text(json.dumps([entry]))
+    assert observed.peek_all(tmp_path) == [older]
