@@ -18,6 +18,31 @@ from pathlib import Path
 from controller.errors import LockTimeout
 
 
+def _open(path: Path) -> int:
+    """The lock file, read-only where it exists (``flock`` needs no more): a descriptor
+    open for writing makes its close an event in a watch of the folder (``pass.lock`` is
+    in the state dir's top folder, which the gateway watches, and is taken every pass)."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+
+def _name_holder(path: Path, fd: int) -> None:
+    """Name ourselves for the next waiter's error message, unless the file already does
+    (the daemon's next pass). The content is advisory only: the flock alone decides who
+    holds it."""
+    mark = f"{os.getpid()}\n".ljust(12).encode()
+    if os.pread(fd, len(mark), 0) == mark:
+        return
+    with contextlib.suppress(FileNotFoundError):  # removed since: it names nobody
+        writer = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(writer, mark, 0)
+        finally:
+            os.close(writer)
+
+
 class FileLock:
     def __init__(self, path: Path, *, what: str = "lock") -> None:
         self.path = path
@@ -29,7 +54,7 @@ class FileLock:
     ) -> None:
         """``meanwhile``: called every MEANWHILE_EVERY seconds of a wait (git.lock's looks
         for a holder it may stop: store/sources/git/orphan.py)."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = _open(self.path)
         try:
             if not _try(fd) and not _wait(fd, timeout, meanwhile):
                 raise LockTimeout(self._busy_message(timeout))
@@ -37,10 +62,8 @@ class FileLock:
             os.close(fd)
             raise
         self._fd = fd
-        # Name ourselves for the next waiter's error message. The lock file's
-        # content is advisory only: the flock alone decides who holds it.
         try:
-            os.pwrite(fd, f"{os.getpid()}\n".ljust(12).encode(), 0)
+            _name_holder(self.path, fd)
         except OSError as exc:  # a full disk: pwrite's error names no file, so say which
             self.release()
             raise OSError(exc.errno, exc.strerror, str(self.path)) from exc

@@ -11,6 +11,7 @@ events/<name>.jsonl    quarantine/                 run/<name>/         journal, 
 activation/ restart/ scale/ inflight/ engineload/                      side documents
 devices/health.json  devices/measured.json  (+ .lock)                  observed devices
 observed.json  drain.json  node.yaml  access-token  models/  cache/    the node's own
+heartbeat/observed-at.json                                 each set's last pass's time
 refused.json                                                           a reload's refusals
 daemon.json                                                             the daemon's set
 secrets-key  ui-open.html  quarantine/documents/
@@ -108,6 +109,12 @@ class StateDir:
     @property
     def observed(self) -> Path:
         return self.root / "observed.json"
+
+    @property
+    def observed_at(self) -> Path:
+        """Each set's last pass's time (``side/observed.py``): out of the top folder,
+        which the gateway watches, as a pass writes it every resync."""
+        return self.root / "heartbeat" / "observed-at.json"
 
     @property
     def drain(self) -> Path:

@@ -144,12 +144,14 @@ class Gateways:
         wait: bool = True,
         env: dict[str, str] | None = None,
         prefix: Sequence[str] = (),
+        resync: str | None = "1h",
     ) -> Gateway:
-        """``prefix``: a wrapper that execs the daemon (``prlimit --nofile=256``)."""
+        """``prefix``: a wrapper that execs the daemon (``prlimit --nofile=256``);
+        ``resync``: the daemon's ``--resync`` (None: its default, a pass every 5 s)."""
         port = port or self.rc.port + 15
         log = self.rc.tmp / f"daemon-{len(self.started)}.log"
         listen = [] if any(a.startswith("--listen") for a in args) else ["--listen", str(port)]
-        flags = ["-v", "--resync", "1h", *listen, *args]
+        flags = ["-v", *(["--resync", resync] if resync else []), *listen, *args]
         # faulthandler in the daemon and its gateway: Gateway.threads_of_gateways.
         env = {**self.rc.env, "PYTHONFAULTHANDLER": "1", **(env or {})}
         with open(log, "wb") as err:

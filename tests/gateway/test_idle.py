@@ -34,6 +34,12 @@ it too: the fixes have their own tests).
 A held park once looped: the daemon armed a pass at once (a timeout out, or no demand:
 0 s) for an OnDemand engine the pass had left holding, and that pass held it again,
 hundreds of passes a second (0.35-0.5 s of CPU each second, counted 2026-12-07).
+
+At the daemon's default resync (5 s; the fixture's 1h hides it) each idle pass rewrote
+``observed.json``, ``pass.lock`` and the state dir's mode in the top folder, which the
+gateway watches for ``drain.json``: its watch thread woke tens of times a pass, 4.4-7.7
+wake-ups a second beside an idle engine. An idle pass writes its heartbeat alone now,
+out of that folder (``test_an_idle_daemon_at_its_default_resync_writes_only_its_heartbeat``).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from fsevents import Writes
 
 from controller.core.state import Activation
 from controller.gateway.lifecycle import registry
@@ -167,4 +174,64 @@ def test_an_idle_daemon_and_gateway_wake_almost_nothing(
     bound = HELD_GATEWAY_MAX if case == "on-demand-held" else _gateway_max(metrics)
     assert rate["gateway"] <= bound, (rate, counted)
     assert rate["daemon"] <= DAEMON_MAX, (rate, counted)
+    g.finish()
+
+
+# The daemon's default --resync (cli/main.py): a pass every RESYNC seconds, idle or not.
+RESYNC = 5.0
+PASSES = WINDOW / RESYNC + 1  # passes in the window at most (one at each end)
+# What an idle pass writes (kubelet's way: a status posted only on change), each a file
+# written: heartbeat/observed-at.json, the pass's time (what `status` shows as SEEN).
+# Before: observed.json rewritten with that time, pass.lock's pid written again and the
+# state dir chmodded 0700, each pass, all three in the top folder.
+WRITES_PER_PASS = 1
+# Not the daemon's pass: the engine's own output, and the gateway's metrics text (its
+# job, counted in its wake-ups).
+NOT_A_PASS = ("instances/logs", "gateway/.metrics.prom.")
+
+
+def _written(events: list[tuple[str, str, str]]) -> list[str]:
+    """The files written: an atomic write's rename onto its name, a file closed after a
+    write in place (hidden: a tmp file, renamed after), a chmod or utime."""
+    return [
+        f"{folder}/{name}"
+        for folder, name, kind in events
+        if kind in ("moved_to", "attrib") or (kind == "close_write" and not name.startswith("."))
+        if not f"{folder}/{name}".startswith(NOT_A_PASS)
+    ]
+
+
+def test_an_idle_daemon_at_its_default_resync_writes_only_its_heartbeat(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A daemon at its default resync beside an engine Ready: each pass rewrote
+    observed.json, pass.lock and the state dir's mode in the top folder, which the gateway
+    watches for drain.json, so its watch thread woke tens of times a pass (~5-7 a second).
+    An idle pass now writes its time alone, out of that folder: the top folder hears
+    nothing, the gateway wakes as with no passes (GATEWAY_MAX)."""
+    reconcile.write("web")
+    g = gateway(resync=None)
+    g.wait_phase("web", "Ready")
+    serving = reconcile.wait_for(g.serving_or_none, what="the gateway registered")
+    metrics = registry.metrics_path(reconcile.state)
+    reconcile.wait_for(metrics.exists, what="the gateway's first metrics text")
+    pids = {"daemon": g.proc.pid, "gateway": serving.ref.pid}
+    count = _script().wakeups
+    reconcile.wait_for(
+        lambda: sum(count({"daemon": g.proc.pid}, 1.0)["daemon"].values()) <= SETTLED,
+        timeout=60,
+        what="the daemon's start over",
+    )
+    with Writes(reconcile.state) as writes:
+        counted = count(pids, WINDOW)
+        events = writes.taken()
+    top = [e for e in events if e[0] == "."]  # the folder the gateway's watch hears
+    assert top == [], top
+    written = _written(events)
+    assert len(written) <= PASSES * WRITES_PER_PASS, written
+    assert set(written) <= {"heartbeat/observed-at.json"}, written
+    rate = sum(counted["gateway"].values()) / WINDOW
+    assert rate <= _gateway_max(metrics), counted
+    seen = reconcile.status("web", cli=True)["web"]["observed_at"]
+    assert datetime.now(UTC) - datetime.fromisoformat(seen) < timedelta(seconds=3 * RESYNC)
     g.finish()

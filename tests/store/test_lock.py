@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fsevents import Writes
 
 from controller.errors import LockTimeout, ReconcileError
 from controller.store.lock import FileLock
@@ -55,6 +56,21 @@ def test_acquire_and_release(path: Path) -> None:
     assert not lock.held
     with lock.hold(timeout=0):  # free again at once
         pass
+
+
+def test_a_lock_that_names_its_taker_already_is_taken_without_a_write(path: Path) -> None:
+    """The daemon takes pass.lock every pass, in the folder the gateway watches: a
+    pwrite of the same pid, and a descriptor open for writing, each woke that watch."""
+    lock = FileLock(path)
+    with lock.hold(timeout=1):
+        pass
+    with Writes(path.parent) as writes:
+        with lock.hold(timeout=1):
+            assert lock.holder() == os.getpid()
+        assert writes.taken() == []  # before: modify, close_write
+    path.write_text("1\n")  # another taker's name, left behind
+    with lock.hold(timeout=1):
+        assert lock.holder() == os.getpid()
 
 
 def test_busy_lock_times_out_naming_the_holder(path: Path, holder: subprocess.Popen[str]) -> None:

@@ -104,7 +104,8 @@ class RecordStore:
         # The runtime dirs' parent too: mkdir(parents=True) under it would use 0777.
         for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir, self.runs):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.state_dir, 0o700)
+        if self.state_dir.stat().st_mode & 0o777 != 0o700:  # a chmod is an event in a watch
+            os.chmod(self.state_dir, 0o700)
         for folder in (self.state_dir, self.instances, events, notes):
             sweep_tmp(folder)
         diskspace.Ballast(self.instances).keep()

@@ -7,12 +7,21 @@ deployments its labels left to other nodes, and which of those it still runs), s
 can say how old its view is, why a removed manifest still runs and what this node does
 not run. Written under the pass lock; one entry per (node, owner); a torn or foreign
 file is quarantined and reads as no entries.
+
+A pass that sees what the last one saw writes nothing here (as kubelet posts a status
+only on change): ``observed.json`` sits in the state dir's top folder, which the gateway
+watches for ``drain.json``, so a rewrite every resync woke it every 5 s. Its entries'
+``at`` is then when the note last changed; each pass's time goes to
+``heartbeat/observed-at.json`` (a folder nobody watches) with the note's ``at`` it
+follows, and a reader takes the heartbeat's time while the note is that one: a note
+written since (a pass cut short between the two writes, an older reconcile after a
+downgrade) is newer than the heartbeat whatever the clock did.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,25 +48,54 @@ class Seen:
     unloaded: list[str] = field(default_factory=list)
 
 
+Key = tuple[str, str]  # (node, owner): one entry each
+Beat = tuple[datetime, datetime]  # the last pass's time, the note's ``at`` it follows
+
+
 def _document(state_dir: Path) -> Document[list[Seen]]:
     state = StateDir(state_dir)
     return Document(state, state.observed, _decode, lambda seen: [_encode(s) for s in seen])
 
 
+def _heartbeat(state_dir: Path) -> Document[dict[Key, Beat]]:
+    state = StateDir(state_dir)
+    return Document(state, state.observed_at, _decode_times, _encode_times)
+
+
 def note(state_dir: Path, seen: Seen) -> None:
-    """Record ``seen``, replacing that (node, owner)'s previous entry (pass lock held)."""
-    kept = [s for s in read_all(state_dir) if (s.node, s.owner) != (seen.node, seen.owner)]
-    _document(state_dir).write([*kept, seen])
+    """Record ``seen``, replacing that (node, owner)'s previous entry (pass lock held):
+    its time always (the heartbeat), the note itself only when it changed."""
+    key = (seen.node, seen.owner)
+    notes = _document(state_dir).read() or []
+    old = next((s for s in notes if (s.node, s.owner) == key), None)
+    if old is not None and replace(old, at=seen.at) == seen:
+        noted = old.at  # the note stays as it is
+    else:  # new, or changed: in its place, so the file's order stays
+        noted = seen.at
+        fresh = [seen if s is old else s for s in notes]
+        _document(state_dir).write(fresh if old is not None else [*notes, seen])
+    beats = _heartbeat(state_dir).read() or {}
+    _heartbeat(state_dir).write({**beats, key: (seen.at, noted)})
 
 
 def read_all(state_dir: Path) -> list[Seen]:
-    return _document(state_dir).read() or []
+    return _beating(_document(state_dir).read() or [], _heartbeat(state_dir).read() or {})
 
 
 def peek_all(state_dir: Path) -> list[Seen]:
     """``read_all`` for a reader that must change nothing (status, describe, the page): a
     torn or foreign file reads as no entries and stays where it is, for a pass to set aside."""
-    return _document(state_dir).peek() or []
+    return _beating(_document(state_dir).peek() or [], _heartbeat(state_dir).peek() or {})
+
+
+def _beating(notes: list[Seen], beats: dict[Key, Beat]) -> list[Seen]:
+    """Each note at its set's last pass: the heartbeat's time where it follows this very
+    note, else the note's own (a heartbeat lost, or a note written since)."""
+    return [replace(s, at=_beat_of(s, beats.get((s.node, s.owner)))) for s in notes]
+
+
+def _beat_of(note: Seen, beat: Beat | None) -> datetime:
+    return beat[0] if beat is not None and beat[1] == note.at else note.at
 
 
 @dataclass
@@ -137,3 +175,22 @@ def _encode(seen: Seen) -> dict[str, Any]:
         **({"held": seen.held} if seen.held else {}),
         **({"unloaded": seen.unloaded} if seen.unloaded else {}),
     }
+
+
+def _decode_times(data: Any) -> dict[Key, Beat]:
+    if not isinstance(data, list):
+        raise TypeError(f"a list of entries, not {type(data).__name__}")
+    return {
+        (str(i["node"]), str(i["owner"])): (
+            datetime.fromisoformat(i["at"]),
+            datetime.fromisoformat(i["noted"]),
+        )
+        for i in data
+    }
+
+
+def _encode_times(beats: dict[Key, Beat]) -> list[dict[str, str]]:
+    return [
+        {"node": n, "owner": o, "at": at.isoformat(), "noted": noted.isoformat()}
+        for (n, o), (at, noted) in beats.items()
+    ]

@@ -17,6 +17,7 @@ from typing import Any
 import missing
 import pytest
 from disks import fill, tmpfs
+from fsevents import Writes
 from strategies import record
 
 from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
@@ -224,6 +225,19 @@ def test_tmp_files_of_dead_writers_are_swept_live_ones_kept(tmp_path: Path) -> N
         assert not path.exists(), f"{path.name} of a dead writer was left behind"
     for path in kept:
         assert path.exists(), f"{path.name} was removed"
+
+
+def test_ensure_chmods_the_state_dir_only_when_its_mode_is_wrong(tmp_path: Path) -> None:
+    """Each pass ensures the state dir: its chmod 0700, done every time, was an event in
+    the gateway's watch of the top folder every resync."""
+    state = tmp_path / "state"
+    RecordStore(state).ensure()
+    with Writes(state) as writes:
+        RecordStore(state).ensure()
+        assert [e for e in writes.taken() if e[0] == "."] == []  # before: ('.', '', 'attrib')
+    os.chmod(state, 0o755)
+    RecordStore(state).ensure()
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason=missing.reason("root (its check)", "run as root"))
