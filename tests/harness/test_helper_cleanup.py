@@ -9,13 +9,15 @@ killed whole at teardown.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import uuid
 from pathlib import Path
 
 import missing
-from procs import free_ports, wait_for
+from procs import MARKER, execed, free_ports, marked_pids, wait_for
 
 from tests.conftest import Reconcile
 
@@ -69,3 +71,24 @@ def test_git_daemon_leaves_no_git_daemon(tmp_path: Path) -> None:
 def _serving(root: Path) -> list[int]:
     found = subprocess.run(["pgrep", "-f", f"base-path={root}"], capture_output=True, text=True)
     return [int(pid) for pid in found.stdout.split() if _alive(int(pid))]
+
+
+def test_a_marker_is_found_first_or_later_in_the_environment_never_inside_a_value() -> None:
+    """``marked_pids`` (teardown's sweep, the tests' waits) matches a variable that starts
+    with ``MARKER=<prefix>``, wherever it stands, and never the same text in a value."""
+    node = f"t-{uuid.uuid4().hex[:12]}"
+    envs = {
+        "first": {MARKER: f"{node}/a/1", "PATH": os.environ["PATH"]},
+        "later": {"PATH": os.environ["PATH"], MARKER: f"{node}/b/1"},
+        "inside": {"PATH": os.environ["PATH"], "X": f"{MARKER}={node}/c/1"},
+    }
+    procs = {name: subprocess.Popen(["sleep", "300"], env=env) for name, env in envs.items()}
+    try:
+        for proc in procs.values():
+            execed(proc.pid)
+        assert marked_pids(f"{node}/") == {procs["first"].pid, procs["later"].pid}
+        assert marked_pids(f"{node}/b/") == {procs["later"].pid}
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait(timeout=10)

@@ -24,7 +24,7 @@ if importlib.util.find_spec("ray") is None:  # not installed: `pip install -e '.
     collect_ignore_glob = ["test_*.py"]
 else:
     import ray
-    from rayhelp import OwnCluster, engines_gone
+    from rayhelp import OwnCluster, engines_gone, order_modules
 
 MB = 1 << 20
 WORKERS = 3
@@ -75,20 +75,17 @@ class Held:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """test_ray_head_loss.py after the other Ray modules: it stops the shared cluster for
-    one of its own, so in its alphabetical place the next module (test_ray_pull.py)
-    started the shared one again (~15-20 s on this box, every run). The order is the
-    same on every worker, as xdist needs; every other test keeps its place."""
-    last = HERE / "test_ray_head_loss.py"
-    moved = [item for item in items if item.path == last]
-    kept = [item for item in items if item.path != last]
-    ours = [i for i, item in enumerate(kept) if item.path.is_relative_to(HERE)]
-    at = ours[-1] + 1 if ours else len(kept)
-    items[:] = [*kept[:at], *moved, *kept[at:]]
+    if importlib.util.find_spec("ray") is not None:  # else no test here is collected
+        order_modules(items)
+
+
+# Not compared: pytest's, and the one `ray.init` sets in this process once the nodes run
+# (no node has it): counted, it made the module after the first start a cluster again.
+NOT_COMPARED = ("PYTEST_CURRENT_TEST", "PYTHONBREAKPOINT")
 
 
 def _environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    return {k: v for k, v in os.environ.items() if k not in NOT_COMPARED}
 
 
 @pytest.fixture(scope="session")
