@@ -10,11 +10,14 @@ from __future__ import annotations
 import copy
 import os
 import random
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from controller.store.sources.manifests import load
 
 from .strategies import BASE, PATHS, set_path
 
@@ -33,11 +36,21 @@ def _base(rng: random.Random) -> dict[str, Any]:
 
 
 def wrong_type(rng: random.Random, _: Path) -> bytes:
-    doc = _base(rng)
-    set_path(doc, rng.choice(PATHS), rng.choice(WRONG))
-    if doc == BASE:
-        doc["spec"]["devices"] = "many"
+    """A field given a value of a wrong type: drawn again while the loader takes it (some
+    are right for their field: `spec.devices: {}` is one device of the default kind)."""
+    for _tries in range(20):
+        doc = _base(rng)
+        set_path(doc, rng.choice(PATHS), rng.choice(WRONG))
+        if _refused(_dump(doc)):
+            return _dump(doc)
+    doc["spec"]["devices"] = "many"
     return _dump(doc)
+
+
+def _refused(data: bytes) -> bool:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "wrong.yaml").write_bytes(data)
+        return not load([Path(tmp)]).entries
 
 
 def unknown_field(rng: random.Random, _: Path) -> bytes:
