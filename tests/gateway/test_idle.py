@@ -142,6 +142,22 @@ def _broken(reconcile: Any, lines_before: int) -> None:
     reconcile.wait_for(lambda: where in reconcile.status("lazy")["lazy"]["message"], what=where)
 
 
+def _settled(reconcile: Any, g: Any) -> tuple[dict[str, int], Path]:
+    """The daemon's and the gateway's pids, and the gateway's metrics text, once settled:
+    the gateway serves as the current one and wrote its first metrics text (its first
+    turns, after the first pass, are done), and the daemon's start is over (its first
+    passes and what they set off wake it tens of times a second)."""
+    serving = reconcile.wait_for(g.serving_or_none, what="the gateway registered")
+    metrics = registry.metrics_path(reconcile.state)
+    reconcile.wait_for(metrics.exists, what="the gateway's first metrics text")
+    reconcile.wait_for(
+        lambda: sum(_script().wakeups({"daemon": g.proc.pid}, 1.0)["daemon"].values()) <= SETTLED,
+        timeout=60,
+        what="the daemon's start over (or a loop of passes: its log says)",
+    )
+    return {"daemon": g.proc.pid, "gateway": serving.ref.pid}, metrics
+
+
 @pytest.mark.parametrize("case", ["no-deployment", "on-demand-parked", "on-demand-held"])
 def test_an_idle_daemon_and_gateway_wake_almost_nothing(
     reconcile: Any, gateway: Any, case: str
@@ -153,19 +169,8 @@ def test_an_idle_daemon_and_gateway_wake_almost_nothing(
         g.wait_phase("lazy", "Idle")
     if case == "on-demand-held":
         _hold_a_park(reconcile, g)
-    # Settled: the gateway serves as the current one and wrote its first metrics text
-    # (its first turns, after the first pass, are done), and the daemon's start is over
-    # (its first passes and what they set off wake it tens of times a second).
-    serving = reconcile.wait_for(g.serving_or_none, what="the gateway registered")
-    metrics = registry.metrics_path(reconcile.state)
-    reconcile.wait_for(metrics.exists, what="the gateway's first metrics text")
-    pids = {"daemon": g.proc.pid, "gateway": serving.ref.pid}
+    pids, metrics = _settled(reconcile, g)
     count = _script().wakeups
-    reconcile.wait_for(
-        lambda: sum(count({"daemon": g.proc.pid}, 1.0)["daemon"].values()) <= SETTLED,
-        timeout=60,
-        what="the daemon's start over (or a loop of passes: its log says)",
-    )
     before = _passes(g)
     counted = count(pids, WINDOW)
     passes = _passes(g) - before
@@ -212,16 +217,8 @@ def test_an_idle_daemon_at_its_default_resync_writes_only_its_heartbeat(
     reconcile.write("web")
     g = gateway(resync=None)
     g.wait_phase("web", "Ready")
-    serving = reconcile.wait_for(g.serving_or_none, what="the gateway registered")
-    metrics = registry.metrics_path(reconcile.state)
-    reconcile.wait_for(metrics.exists, what="the gateway's first metrics text")
-    pids = {"daemon": g.proc.pid, "gateway": serving.ref.pid}
+    pids, metrics = _settled(reconcile, g)
     count = _script().wakeups
-    reconcile.wait_for(
-        lambda: sum(count({"daemon": g.proc.pid}, 1.0)["daemon"].values()) <= SETTLED,
-        timeout=60,
-        what="the daemon's start over",
-    )
     with Writes(reconcile.state) as writes:
         counted = count(pids, WINDOW)
         events = writes.taken()

@@ -145,18 +145,23 @@ def test_a_port_a_connection_holds_is_told_from_a_listener(reconcile: Any, gatew
             assert f"--metrics-port 127.0.0.1:{port}: {said}" in metrics.err, str(metrics)
 
 
+def _join_and_be_named(rc: Any, g: Any) -> None:
+    """A listener of ours joins the gateway's port (SO_REUSEPORT) and is named in its log."""
+    with socket.socket() as joiner:
+        joiner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        joiner.bind(("127.0.0.1", g.port))
+        joiner.listen()
+        said = f"another process (pid {os.getpid()})"
+        rc.wait_for(lambda: said in g.text(), timeout=WAIT, what="the joiner named")
+
+
 def test_a_listener_that_joins_later_is_named_in_the_log(reconcile: Any, gateway: Any) -> None:
     """The kernel lets a process of our uid join the port after the gateway bound it (a
     root one beside a root gateway): the gateway cannot refuse it, so it says so."""
     rc = reconcile
     g = gateway()
     try:
-        with socket.socket() as joiner:
-            joiner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            joiner.bind(("127.0.0.1", g.port))
-            joiner.listen()
-            said = f"another process (pid {os.getpid()})"
-            rc.wait_for(lambda: said in g.text(), timeout=WAIT, what="the joiner named")
+        _join_and_be_named(rc, g)
     finally:
         g.finish()
 
@@ -175,12 +180,7 @@ def test_a_listener_that_joins_while_a_request_is_forwarded_is_named_too(
     try:
         g.wait_phase("echo", "Ready")
         stream = stream_begun(conn, "echo")  # in flight until the hold file goes
-        with socket.socket() as joiner:
-            joiner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            joiner.bind(("127.0.0.1", g.port))
-            joiner.listen()
-            said = f"another process (pid {os.getpid()})"
-            rc.wait_for(lambda: said in g.text(), timeout=WAIT, what="the joiner named")
+        _join_and_be_named(rc, g)
         hold.unlink()
         assert stream.read().endswith(b"data: [DONE]\n\n")
     finally:
