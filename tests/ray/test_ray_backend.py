@@ -136,6 +136,22 @@ def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Re
     assert not ours(), "down leaves no named actor of ours"
 
 
+def test_more_gpus_than_any_node_has_is_refused_by_plan_and_pass_alike(rc: Reconcile) -> None:
+    """Two GPUs on three one-GPU nodes: `plan` said "create" on two nodes' GPUs (exit 2),
+    then the pass found no node and said "stop a deployment", which cannot help. Both
+    say now that an actor's GPUs are on one node, and the two moves that help."""
+    rc.write("wide", command=ENGINE, devices={"count": 2, "kind": "nvidia"})
+    said = "no node has 2 devices: an engine's devices are on one node, and the most one has is 1"
+    plan = rc("plan", check=1)
+    assert said in plan.out and "lower spec.devices.count, or add a node with 2 GPUs" in plan.out
+    assert "0 to create" in plan.out, plan.out
+    got = rc("--once", check=1)
+    assert said in got.err and "Traceback" not in got.err, got.err
+    wide = rc.status()["wide"]
+    assert wide["phase"] == "Pending" and said in wide["message"], wide
+    assert not ours(), "no actor started for what no node can hold"
+
+
 def test_node_loss_moves_the_deployment(rc: Reconcile, cluster: Any) -> None:
     rc.write("m", command=ENGINE, devices=GPU)
     rc.converge(timeout="120s")
