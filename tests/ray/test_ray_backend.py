@@ -172,6 +172,33 @@ def test_node_loss_moves_the_deployment(rc: Reconcile, cluster: Any) -> None:
     print(f"node loss -> Ready elsewhere in {took:.1f}s")
 
 
+def test_an_actor_ray_cannot_bring_back_by_its_deadline_says_so_not_a_refused_probe(
+    rc: Reconcile, cluster: Any
+) -> None:
+    """The only node a selector allows lost: Ray restarts the actor, which waits for a
+    node. At the readiness deadline the restart said "not ready ... (last probe: GET
+    /health: ... Connection refused)", the lost engine's old address, as if the engine
+    had failed to start; it says the backend's words now."""
+    node = cluster.add_node(
+        num_cpus=1, num_gpus=1, object_store_memory=80 << 20, labels={"gpu": "a100"}
+    )
+    cluster.wait_for_nodes()
+    try:
+        ready = {"httpGet": {"path": "/health"}, "deadlineSeconds": 5, "periodSeconds": 0.5}
+        rc.write("lone", command=ENGINE, devices=GPU, nodeSelector={"gpu": "a100"}, readiness=ready)
+        once_until(rc, "lone Ready", lambda s: s["lone"]["phase"] == "Ready", timeout=120)
+    finally:
+        cluster.remove_node(node)
+
+    def failed() -> list[str]:
+        return [e["reason"] for e in rc.events("lone") if e.get("action") == "fail"]
+
+    once_until(rc, "lone retried at its deadline", lambda _: bool(failed()), timeout=90)
+    reason = failed()[0]
+    assert reason.startswith("not back by its readiness deadline: Ray is restarting its actor")
+    assert "probe" not in reason and "{host}" not in reason, reason
+
+
 def test_the_daemon_runs_ray_deployments(rc: Reconcile) -> None:
     rc.write("w", command=ENGINE, devices=GPU)
     daemon = rc.popen("--resync", "1s", "--allow-empty")  # its folder empties below
