@@ -199,6 +199,24 @@ def test_an_actor_ray_cannot_bring_back_by_its_deadline_says_so_not_a_refused_pr
     assert "probe" not in reason and "{host}" not in reason, reason
 
 
+def test_after_a_rolling_update_logs_and_down_reach_the_new_actor(rc: Reconcile) -> None:
+    """The new instance's actor keeps its launch's name (`roll@next.<nonce>`) once the
+    record is `roll`: `logs` and `down` asked for `roll.<nonce>`, found none, and said
+    "stopped roll" while the actor and its engine ran on."""
+    rc.write("roll", command=ENGINE, devices=GPU, strategy="RollingUpdate")
+    rc.converge(timeout="120s")
+    old = rc.status()["roll"]
+    rc.write("roll", command=[*ENGINE, "--model", "v2"], devices=GPU, strategy="RollingUpdate")
+    rc.converge(timeout="120s")
+    new = rc.status()["roll"]
+    assert new["phase"] == "Ready" and new["pid"] != old["pid"] and answers(new), new
+    assert [a["name"].partition(".")[0] for a in ours()] == ["roll@next"], ours()
+    assert "demo engine" in rc("logs", "roll", check=0).out
+    rc.down()
+    assert not ours(), "down leaves no actor of ours"
+    wait_for(lambda: not alive(new["pid"]), timeout=30, what="the rolled engine gone")
+
+
 def test_the_daemon_runs_ray_deployments(rc: Reconcile) -> None:
     rc.write("w", command=ENGINE, devices=GPU)
     daemon = rc.popen("--resync", "1s", "--allow-empty")  # its folder empties below
