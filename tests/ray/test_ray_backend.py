@@ -152,6 +152,18 @@ def test_more_gpus_than_any_node_has_is_refused_by_plan_and_pass_alike(rc: Recon
     assert not ours(), "no actor started for what no node can hold"
 
 
+def test_a_pending_ray_deployment_is_on_no_node(rc: Reconcile) -> None:
+    """NODE said the controller's host name (`vm`) for a deployment no Ray node holds,
+    as if it ran there; `status` and `describe` say `-`, as for its devices and port."""
+    rc.write("nowhere", command=ENGINE, devices=GPU, nodeSelector={"gpu": "b200"})
+    rc("--once", check=1)
+    (row,) = [
+        ln.split() for ln in rc("status", check=0).out.splitlines() if ln.startswith("nowhere ")
+    ]
+    assert row[2:6] == ["-", "-", "-", "Pending"], row
+    assert "\nNode:         -\n" in rc("describe", "nowhere", check=0).out
+
+
 def test_node_loss_moves_the_deployment(rc: Reconcile, cluster: Any) -> None:
     rc.write("m", command=ENGINE, devices=GPU)
     rc.converge(timeout="120s")
