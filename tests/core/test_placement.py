@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from strategies import deployment, inventory
 
-from controller.core.devices.inventory import parse_static
+from controller.core.devices.inventory import Device, Inventory, parse_static
 from controller.core.devices.placement import (
     INTERNAL_BASE,
     INTERNAL_BLOCK,
@@ -245,3 +245,33 @@ def test_ledger_for_counts_unreadable_records_as_exclusive() -> None:
     assert ledger.ports == {8000: "a", 8001: "a", 9000: "old (unreadable record)"}
     assert not ledger.free_for("nvidia:1", True)
     assert ledger.port_taken(7000) == "in use by another process"
+
+
+def _cluster(**nodes: int) -> Inventory:
+    """A cluster's inventory (a Ray node's GPUs name their node): node -> its GPU count."""
+    return Inventory(
+        tuple(
+            Device(kind="nvidia", id=f"{node}/{i}", node=node)
+            for node, count in nodes.items()
+            for i in range(count)
+        ),
+        source="ray",
+    )
+
+
+def test_a_clusters_lease_takes_its_devices_on_one_node() -> None:
+    """Device order alone took a/0 and b/0 for two GPUs: two machines, where no engine
+    runs (`plan` said "create", the pass then found no node for it)."""
+    got = place_devices(spec(devices={"count": 2, "kind": "nvidia"}), _cluster(a=1, b=2), Ledger())
+    assert got == ("nvidia:b/0", "nvidia:b/1")
+
+
+def test_a_clusters_lease_larger_than_every_node_says_so_and_what_to_do() -> None:
+    """Three GPUs over three free: "no capacity ... remove a manifest" sent people freeing
+    GPUs that could never help. It names the largest node and the two moves that do."""
+    got = place_devices(spec(devices={"count": 3, "kind": "nvidia"}), _cluster(a=1, b=2), Ledger())
+    assert got == Unplaced(
+        "no node has 3 devices: an engine's devices are on one node, and the most one has is "
+        "2 (node b): lower spec.devices.count, or add a node with 3 GPUs",
+        field="spec.devices.count",
+    )

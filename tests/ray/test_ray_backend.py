@@ -136,6 +136,34 @@ def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Re
     assert not ours(), "down leaves no named actor of ours"
 
 
+def test_more_gpus_than_any_node_has_is_refused_by_plan_and_pass_alike(rc: Reconcile) -> None:
+    """Two GPUs on three one-GPU nodes: `plan` said "create" on two nodes' GPUs (exit 2),
+    then the pass found no node and said "stop a deployment", which cannot help. Both
+    say now that an actor's GPUs are on one node, and the two moves that help."""
+    rc.write("wide", command=ENGINE, devices={"count": 2, "kind": "nvidia"})
+    said = "no node has 2 devices: an engine's devices are on one node, and the most one has is 1"
+    plan = rc("plan", check=1)
+    assert said in plan.out and "lower spec.devices.count, or add a node with 2 GPUs" in plan.out
+    assert "0 to create" in plan.out, plan.out
+    got = rc("--once", check=1)
+    assert said in got.err and "Traceback" not in got.err, got.err
+    wide = rc.status()["wide"]
+    assert wide["phase"] == "Pending" and said in wide["message"], wide
+    assert not ours(), "no actor started for what no node can hold"
+
+
+def test_a_pending_ray_deployment_is_on_no_node(rc: Reconcile) -> None:
+    """NODE said the controller's host name (`vm`) for a deployment no Ray node holds,
+    as if it ran there; `status` and `describe` say `-`, as for its devices and port."""
+    rc.write("nowhere", command=ENGINE, devices=GPU, nodeSelector={"gpu": "b200"})
+    rc("--once", check=1)
+    (row,) = [
+        ln.split() for ln in rc("status", check=0).out.splitlines() if ln.startswith("nowhere ")
+    ]
+    assert row[2:6] == ["-", "-", "-", "Pending"], row
+    assert "\nNode:         -\n" in rc("describe", "nowhere", check=0).out
+
+
 def test_node_loss_moves_the_deployment(rc: Reconcile, cluster: Any) -> None:
     rc.write("m", command=ENGINE, devices=GPU)
     rc.converge(timeout="120s")
@@ -154,6 +182,51 @@ def test_node_loss_moves_the_deployment(rc: Reconcile, cluster: Any) -> None:
     assert got["m"]["restarts"] >= 1 and answers(got["m"])
     wait_for(lambda: not alive(before["pid"]), timeout=10, what="the old engine gone")
     print(f"node loss -> Ready elsewhere in {took:.1f}s")
+
+
+def test_an_actor_ray_cannot_bring_back_by_its_deadline_says_so_not_a_refused_probe(
+    rc: Reconcile, cluster: Any
+) -> None:
+    """The only node a selector allows lost: Ray restarts the actor, which waits for a
+    node. At the readiness deadline the restart said "not ready ... (last probe: GET
+    /health: ... Connection refused)", the lost engine's old address, as if the engine
+    had failed to start; it says the backend's words now."""
+    node = cluster.add_node(
+        num_cpus=1, num_gpus=1, object_store_memory=80 << 20, labels={"gpu": "a100"}
+    )
+    cluster.wait_for_nodes()
+    try:
+        ready = {"httpGet": {"path": "/health"}, "deadlineSeconds": 5, "periodSeconds": 0.5}
+        rc.write("lone", command=ENGINE, devices=GPU, nodeSelector={"gpu": "a100"}, readiness=ready)
+        once_until(rc, "lone Ready", lambda s: s["lone"]["phase"] == "Ready", timeout=120)
+    finally:
+        cluster.remove_node(node)
+
+    def failed() -> list[str]:
+        return [e["reason"] for e in rc.events("lone") if e.get("action") == "fail"]
+
+    once_until(rc, "lone retried at its deadline", lambda _: bool(failed()), timeout=90)
+    reason = failed()[0]
+    assert reason.startswith("not back by its readiness deadline: Ray is restarting its actor")
+    assert "probe" not in reason and "{host}" not in reason, reason
+
+
+def test_after_a_rolling_update_logs_and_down_reach_the_new_actor(rc: Reconcile) -> None:
+    """The new instance's actor keeps its launch's name (`roll@next.<nonce>`) once the
+    record is `roll`: `logs` and `down` asked for `roll.<nonce>`, found none, and said
+    "stopped roll" while the actor and its engine ran on."""
+    rc.write("roll", command=ENGINE, devices=GPU, strategy="RollingUpdate")
+    rc.converge(timeout="120s")
+    old = rc.status()["roll"]
+    rc.write("roll", command=[*ENGINE, "--model", "v2"], devices=GPU, strategy="RollingUpdate")
+    rc.converge(timeout="120s")
+    new = rc.status()["roll"]
+    assert new["phase"] == "Ready" and new["pid"] != old["pid"] and answers(new), new
+    assert [a["name"].partition(".")[0] for a in ours()] == ["roll@next"], ours()
+    assert "demo engine" in rc("logs", "roll", check=0).out
+    rc.down()
+    assert not ours(), "down leaves no actor of ours"
+    wait_for(lambda: not alive(new["pid"]), timeout=30, what="the rolled engine gone")
 
 
 def test_the_daemon_runs_ray_deployments(rc: Reconcile) -> None:

@@ -404,12 +404,11 @@ class RayBackend(OnTheirNodes):
 
     def teardown(self, rec: Record) -> None:
         """The engine stopped by its actor (signal, grace, SIGKILL), then the actor killed."""
-        if rec.nonce is None:
+        found = self._actor_of(rec)
+        handle = self._handle(*found) if found is not None else None
+        if found is None or handle is None:
             return
-        ns = naming.namespace(self.state_dir, rec.owner)
-        handle = self._handle(ns, naming.actor_name(rec.name, rec.nonce))
-        if handle is None:
-            return
+        ns, actor = found
         try:
             ray.get(
                 handle.stop.remote(rec.stop_signal, rec.grace_seconds),
@@ -417,7 +416,23 @@ class RayBackend(OnTheirNodes):
             )
         except (GetTimeoutError, RayActorError) as exc:
             log.warning("actor did not stop its engine", deployment=rec.name, error=str(exc))
-        self._kill(handle, ns, naming.actor_name(rec.name, rec.nonce))
+        self._kill(handle, ns, actor)
+
+    def _actor_of(self, rec: Record) -> tuple[str, str] | None:
+        """(namespace, name) of the record's actor: the one of its nonce. A rolling
+        update's new instance keeps the name its launch gave it (``web@next.<nonce>``)
+        once the record is ``web``: found by the launch's name, `down` left it running."""
+        if rec.nonce is None:
+            return None
+        seen = self._of(rec)
+        if seen is not None:
+            return seen.namespace, seen.actor
+        ns = naming.namespace(self.state_dir, rec.owner)
+        for a in ray.util.list_named_actors(all_namespaces=True):  # no look this run yet
+            parsed = naming.parse(a["name"])
+            if a["namespace"] == ns and parsed is not None and parsed[1] == rec.nonce:
+                return ns, str(a["name"])
+        return None
 
     def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:
         """Kill the actor(s) of ``nonce`` in our namespaces (its engine dies with it)."""
@@ -499,10 +514,8 @@ class RayBackend(OnTheirNodes):
 
     def log_since(self, rec: Record, offset: int) -> tuple[bytes, int] | None:
         """The engine's log from ``offset`` (``reconcile logs``), read through its actor."""
-        if rec.nonce is None:
-            return None
-        ns = naming.namespace(self.state_dir, rec.owner)
-        handle = self._handle(ns, naming.actor_name(rec.name, rec.nonce))
+        found = self._actor_of(rec)
+        handle = self._handle(*found) if found is not None else None
         if handle is None:
             return None
         try:

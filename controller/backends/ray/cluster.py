@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from controller.backends.ray.address import reachable
-from controller.backends.ray.naming import device_key
+from controller.backends.ray.naming import device_key, short
 from controller.core.devices.inventory import Device, Inventory
 from controller.core.manifest.labels import matches, pairs
 from controller.errors import BackendUnavailable
@@ -101,7 +101,11 @@ def free_gpus(node_id: str) -> float | None:
 def inventory() -> Inventory:
     """Every GPU of the live nodes, keyed ``nvidia:<node>/<gpu>`` (the planner's capacity)."""
     devices = [
-        Device(kind="nvidia", id=device_key(n.node_id, str(i)).partition(":")[2])
+        Device(
+            kind="nvidia",
+            id=device_key(n.node_id, str(i)).partition(":")[2],
+            node=short(n.node_id),
+        )
         for n in nodes()
         for i in range(n.gpus)
     ]

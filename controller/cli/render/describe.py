@@ -22,6 +22,7 @@ from controller.cli.render.views import (
     deployment_item,
     event_reason,
     iso,
+    placed_on,
     table,
     until,
 )
@@ -174,7 +175,7 @@ def _journal(state_dir: Path, name: str, alone: bool) -> list[dict[str, Any]]:
 def _fields(rec: Record, now: datetime) -> list[tuple[str, str]]:
     fields = [
         ("Name", rec.name),
-        ("Node", rec.node),
+        ("Node", placed_on(rec)),
         ("Engine", rec.engine),
         ("Source", rec.source or "-"),
         ("Revision", rec.revision or "-"),

@@ -93,7 +93,13 @@ def _devices(recs: Sequence[Record]) -> str:
 
 def _node(rec: Record) -> str:
     """A cluster node id (Ray: 56 hex digits): its first 8 name it (`-o json` has all of it)."""
-    return rec.node[:8] if rec.on_cluster else rec.node
+    return placed_on(rec)[:8] if rec.on_cluster else rec.node
+
+
+def placed_on(rec: Record) -> str:
+    """The node a record runs on. A cluster's Pending record is on none: its ``node`` is
+    the controller's host name (NODE said `vm` for a deployment no Ray node holds)."""
+    return "-" if rec.on_cluster and rec.phase is Phase.PENDING else rec.node
 
 
 def _restarts(recs: Sequence[Record], now: datetime) -> str:

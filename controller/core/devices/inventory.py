@@ -31,6 +31,9 @@ class Device:
     # Total memory in bytes: declared (--devices nvidia:0=80Gi) or read from NVML.
     # None: unknown, and then the device takes no memory request.
     memory: int | None = None
+    # The machine it is on, for a cluster's inventory (a Ray node); None: this node's.
+    # An engine runs on one machine, so a lease's devices are all on one node.
+    node: str | None = None
 
     @property
     def key(self) -> str:

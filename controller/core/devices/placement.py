@@ -173,12 +173,45 @@ def place_devices(
         key=_device_order,
     )
     for kind in kinds:
-        chosen = _choose([d for d in usable if d.kind == kind], spec, ledger, spread)
+        chosen = _choose_on_one_node([d for d in usable if d.kind == kind], spec, ledger, spread)
         if chosen is not None:
             return chosen
+    too_few = _no_node_has(want.count, usable)
+    if too_few is not None:
+        return Unplaced(too_few, field="spec.devices.count")
     if want.memory is not None:
         return _no_memory(spec, usable, ledger, want.memory)
     return Unplaced(_no_capacity(spec, usable, ledger))
+
+
+def _choose_on_one_node(
+    devices: list[Device], spec: DeploymentSpec, ledger: Ledger, spread: str | None
+) -> tuple[str, ...] | None:
+    """:func:`_choose` within one node, the first in device order that has room: on a
+    cluster's inventory (each device names its node) an engine's devices cannot span two
+    machines. Ray would never place it: ``plan`` said "create" over two nodes."""
+    nodes = sorted({d.node for d in devices if d.node is not None})
+    if spec.devices.count <= 1 or not nodes:
+        return _choose(devices, spec, ledger, spread)
+    for node in nodes:
+        chosen = _choose([d for d in devices if d.node == node], spec, ledger, spread)
+        if chosen is not None:
+            return chosen
+    return None
+
+
+def _no_node_has(count: int, usable: list[Device]) -> str | None:
+    """Why a cluster's request can never be placed: no one node has ``count`` devices
+    (freeing others cannot help). None: some node has, or the devices name no node."""
+    per_node = Counter(d.node for d in usable if d.node is not None)
+    if not per_node or max(per_node.values()) >= count:
+        return None
+    node, most = max(per_node.items(), key=lambda item: (item[1], item[0]))
+    return (
+        f"no node has {count} devices: an engine's devices are on one node, and the most "
+        f"one has is {most} (node {node}): lower spec.devices.count, or add a node with "
+        f"{count} GPUs"
+    )
 
 
 def _choose(

@@ -83,10 +83,20 @@ def running(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
     if view.probe is not None and view.probe.ready:
         return (MarkReady(name=rec.name, reason=view.probe.detail),)
     if past_deadline(ctx, view):
-        last = f" (last probe: {view.probe.detail})" if view.probe else ""
-        hint = _loopback_hint(ctx, view)
-        return (retry(ctx, rec, f"not ready by its readiness deadline{last}{hint}"),)
+        return (retry(ctx, rec, _not_ready(ctx, view)),)
     return ()
+
+
+def _not_ready(ctx: Context, view: RecordView) -> str:
+    """Why a Starting engine is retried at its deadline. One the backend is still
+    bringing back (Ray restarting its actor after its node was lost) never ran: the
+    backend's words, not the probe of the lost engine's old address ("connection
+    refused", and a hint about `{host}`, sent people to the engine's command)."""
+    now = view.instance
+    if now is not None and now.ref is None and now.message:
+        return f"not back by its readiness deadline: {now.message}"
+    last = f" (last probe: {view.probe.detail})" if view.probe else ""
+    return f"not ready by its readiness deadline{last}{_loopback_hint(ctx, view)}"
 
 
 def _loopback_hint(ctx: Context, view: RecordView) -> str:
