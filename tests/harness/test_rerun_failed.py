@@ -139,7 +139,12 @@ def test_the_ray_tests_and_the_cluster_share_one_worker() -> None:
     # out (a connect attempt, an import check: ~2.5 s) prove nothing more about placement.
     fast = "not unreachable_cluster and not never_imports_ray and " + " and ".join(
         f"not {later}"  # the file's later tests: the four are enough
-        for later in ("not_a_gcs_host_port", "cluster_is_unreachable", "another_clusters")
+        for later in (
+            "not_a_gcs_host_port",
+            "cluster_is_unreachable",
+            "another_clusters",
+            "says_nothing_is_said_gone",
+        )
     )
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-k", fast]
     got = _run([*argv, "--dist", "loadgroup", "-v", *files], REPO)
