@@ -446,6 +446,11 @@ def test_plan_without_the_age_key_plans_sops_file_deployments_as_unchanged(
     assert "SOPS_AGE_KEY_FILE is unset" in plan.out and "In sync" in plan.out, str(plan)
     doc = rc("plan", "-o", "json", check=0).json()
     assert doc["in_sync"] and doc["errors"] == [] and len(doc["secrets_not_read"]) == 1, doc
+    other = make_key(rc.tmp / "other-keys", "other")  # a laptop's key: no recipient
+    rc.env["SOPS_AGE_KEY_FILE"] = str(other.file)
+    laptop = rc("plan", check=0)
+    assert f"SOPS_AGE_KEY_FILE={other.file} is not one of its recipients" in laptop.out, laptop
+    del rc.env["SOPS_AGE_KEY_FILE"]
 
     rc.write("web", envFrom=[item], args=["--changed"])
     plan = rc("plan", check=2)
@@ -460,6 +465,6 @@ def test_plan_without_the_age_key_plans_sops_file_deployments_as_unchanged(
     assert not rc.pids("fresh") and rc.status(cli=True)["fresh"]["phase"] == "Pending"
     for name, rec in before.items():
         assert rc.record(name)["ref"] == rec["ref"] and rc.alive(rec["ref"]["pid"]), name
-    shown = plan.out + plan.err + json.dumps(doc) + result.out + result.err
+    shown = plan.out + plan.err + json.dumps(doc) + laptop.out + result.out + result.err
     assert value not in shown, shown
     rc.down()
