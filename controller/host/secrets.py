@@ -45,10 +45,24 @@ class SecretError(ValueError):
     ``on_node``: the fix is on this node (a ``file`` item's file, the age key, sops), not
     in the manifests (a sopsFile's content, its place beside the manifest)."""
 
-    def __init__(self, index: int, message: str, *, on_node: bool = False) -> None:
+    def __init__(
+        self, index: int, message: str, *, on_node: bool = False, no_key: str = ""
+    ) -> None:
         super().__init__(message)
         self.index = index
         self.on_node = on_node
+        self.no_key = no_key  # a sopsFile no key here opens: why (sops.SopsError's)
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """A sopsFile `plan` did not decrypt, for want of the node's age key (a CI job, a
+    laptop): its values are unknown here. ``path``: the file (one note per file);
+    ``shown``: as the manifest wrote it; ``why``: which key is missing."""
+
+    path: Path
+    shown: str
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +87,20 @@ Untrusted = Callable[[Path], str | None]
 
 
 def resolve(
-    spec: DeploymentSpec, folder: Path, untrusted: Untrusted | None = None
+    spec: DeploymentSpec,
+    folder: Path,
+    untrusted: Untrusted | None = None,
+    unread: list[Unread] | None = None,
 ) -> dict[str, str]:
     """Every envFrom item's variables, later items winning (``folder``: the manifest's).
 
     ``untrusted``: as root, a file another user can write is refused as a manifest is:
     its variables reach a root engine (LD_PRELOAD alone runs that user's code as root),
-    and anyone can encrypt a sopsFile for the node's public key."""
+    and anyone can encrypt a sopsFile for the node's public key.
+
+    ``unread`` (`plan`'s, never a pass's): a sopsFile that passes every other check
+    (validate's among them) but that no age key here opens is listed there and skipped,
+    not an error: a CI job plans without the node's key."""
     env: dict[str, str] = {}
     for index, item in enumerate(spec.env_from):
         try:
@@ -87,9 +108,27 @@ def resolve(
             _not_reconciles(found, item)
             env.update(found)
         except SecretError as exc:  # a ``file`` item's file is the node's, whatever failed
+            if unread is not None and exc.no_key and item.sops_file is not None:
+                path = (folder / item.sops_file).resolve()
+                unread.append(Unread(path, item.sops_file, exc.no_key))
+                continue
             on_node = exc.on_node or item.file is not None
             raise SecretError(index, str(exc), on_node=on_node) from None
     return env
+
+
+def unread_notes(unread: Mapping[str, list[Unread]]) -> list[str]:
+    """`plan`'s word on each sopsFile it did not decrypt, once per file, naming the
+    deployments that read it: what was planned, and why (never a value: none was read)."""
+    files: dict[Path, tuple[Unread, list[str]]] = {}
+    for name, items in sorted(unread.items()):
+        for item in items:
+            files.setdefault(item.path, (item, []))[1].append(name)
+    return [
+        f"sopsFile {item.shown} ({', '.join(names)}): its values were not read here "
+        f"({item.why}); planned as if unchanged: a pass on the node, with its key, reads them"
+        for item, names in files.values()
+    ]
 
 
 def in_repository(spec: DeploymentSpec, folder: Path) -> None:
@@ -255,7 +294,7 @@ def _decrypt(path: Path, what: str) -> str:
     try:
         return sops.decrypt(path, what)
     except sops.SopsError as exc:
-        raise SecretError(0, str(exc), on_node=exc.on_node) from None
+        raise SecretError(0, str(exc), on_node=exc.on_node, no_key=exc.no_key) from None
 
 
 def parse_dotenv(text: str, where: str) -> dict[str, str]:

@@ -17,11 +17,14 @@ SOPS_TIMEOUT = 30.0  # seconds: a local decryption; a hung sops must not hang a 
 
 class SopsError(ValueError):
     """The file could not be decrypted: the whole message, naming it, never a value;
-    ``on_node``: the fix is on this node (sops, the age key), not in the file."""
+    ``on_node``: the fix is on this node (sops, the age key), not in the file;
+    ``no_key``: why no key here opens it (none set, not a recipient), else empty: where
+    none is expected (a CI job's `plan`) its values are unknown, not wrong."""
 
-    def __init__(self, message: str, *, on_node: bool = False) -> None:
+    def __init__(self, message: str, *, on_node: bool = False, no_key: str = "") -> None:
         super().__init__(message)
         self.on_node = on_node
+        self.no_key = no_key
 
 
 def decrypt(path: Path, what: str) -> str:
@@ -41,7 +44,8 @@ def decrypt(path: Path, what: str) -> str:
         raise SopsError(f"{what}: sops -d ran over {SOPS_TIMEOUT:.0f} s", on_node=True) from None
     if done.returncode != 0:
         why, on_node = _why(done.stderr)
-        raise SopsError(f"{what} cannot be decrypted: {why}", on_node=on_node)
+        no_key = _no_key(done.stderr)
+        raise SopsError(f"{what} cannot be decrypted: {why}", on_node=on_node, no_key=no_key)
     return done.stdout.decode("utf-8", errors="replace")
 
 
@@ -93,6 +97,21 @@ def _why(stderr: bytes) -> tuple[str, bool]:
         f"this node's age key (SOPS_AGE_KEY_FILE={key}) is not one of its recipients: "
         f"encrypt it again for this node's public key (`age-keygen -y {key}` prints it)"
     ), False
+
+
+def _no_key(stderr: bytes) -> str:
+    """Why no age key here opens the file, in a few words, when that is all that failed
+    (SOPS_AGE_KEY_FILE unset, or its key not among the file's recipients); else empty.
+    A key file that is missing or unreadable is a fault to fix, not an absent key."""
+    text = stderr.decode("utf-8", errors="replace")
+    if _NO_DATA_KEY not in text or any(words in text for words, _ in _SOPS_SAYS):
+        return ""
+    key = os.environ.get("SOPS_AGE_KEY_FILE")
+    if key is None:
+        return "SOPS_AGE_KEY_FILE is unset"
+    if _key_problem(key, text) is not None:
+        return ""
+    return f"the age key SOPS_AGE_KEY_FILE={key} is not one of its recipients"
 
 
 def _key_problem(key: str, text: str) -> str | None:

@@ -43,7 +43,13 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.labels import kept_apart, kept_note, matches, share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.sources import Source
-from controller.core.manifest.specs import Entry, with_key_file, with_secrets
+from controller.core.manifest.specs import (
+    Entry,
+    document_hash,
+    with_config,
+    with_key_file,
+    with_secrets,
+)
 from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
@@ -80,6 +86,7 @@ from controller.store.sources.nearmiss import NOTHING_PRUNED
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:  # loaded where used: a pass with no git source, hooks or envFrom skips them
+    from controller.host.secrets import Unread
     from controller.store.instances.outbox import Notifications
     from controller.store.sources.git.source import GitSource, SyncResult
 
@@ -264,13 +271,20 @@ class Preview:
         # `status --refresh` name it where it lies (store.peek).
         self.sets_aside = False
         self.liveness: LivenessProber | None = None  # `plan` probes no liveness
+        # `plan`'s ({}: filled by desired()): a deployment's sopsFile no age key here opens
+        # (a CI job) is planned as unchanged, not invalid. None (a pass, status): invalid,
+        # so no engine starts without its secrets.
+        self.unread_secrets: dict[str, list[Unread]] | None = None
 
     def desired(self, loaded: LoadResult) -> Desired:
         # spec.envFrom read here, at the edge: the planner sees a hash. As root its files
         # are held to the manifests' rule (and opted out of it with them).
         strict = security.strict(self.config.insecure_manifests)
         untrusted = security.path_problem if strict else None
-        resolve_secrets(loaded, self._secrets_key, untrusted, here=self._runs_here)
+        unread = self.unread_secrets
+        resolve_secrets(loaded, self._secrets_key, untrusted, here=self._runs_here, unread=unread)
+        if unread:
+            self._as_recorded(loaded, unread)
         if self.backend.name == backendnames.LOCAL:  # a cluster's folders are its nodes'
             refuse_missing_volumes(loaded, here=self._runs_here)
         entries, skipped, invalid, labelled = self._share(loaded)
@@ -296,6 +310,19 @@ class Preview:
                 write=self.scale_writes,
             ),
         )
+
+    def _as_recorded(self, loaded: LoadResult, unread: Mapping[str, list[Unread]]) -> None:
+        """Each deployment whose sopsFile values are unknown here (``unread``) planned as
+        if they were unchanged: its record's hash where its spec, --config file and key
+        file are the record's (a field changed is a change: its hash stays its own)."""
+        records = self.snapshot().records
+        for name in unread:
+            entry, rec = loaded.entries.get(name), records.get(name)
+            if entry is None or rec is None or rec.owner != self.config.owner:
+                continue
+            base = with_config(document_hash(rec.stored_spec), entry.config_digest)
+            if rec.stored_spec and with_key_file(base, entry.key_file_digest) == entry.hash:
+                loaded.entries[name] = replace(entry, hash=rec.spec_hash)
 
     def _runs_here(self, entry: Entry) -> bool:
         """Whether this node runs ``entry`` (``_share``'s rule). The envFrom files and
@@ -1161,13 +1188,16 @@ def resolve_secrets(
     untrusted: Callable[[Path], str | None] | None,
     *,
     here: Callable[[Entry], bool],
+    unread: dict[str, list[Unread]] | None = None,
 ) -> None:
     """Each entry this node runs (``here``) with spec.envFrom gets its values and a hash
     that covers them, keyed with ``key()`` (asked once, when an entry names envFrom or a
     key file; None: unkeyed); one whose file is missing, too open, another user's (as
     root: ``untrusted``) or undecryptable becomes invalid, naming the file: Pending if it
     never ran, its running engine untouched (the planner's invalid-spec rule). llama.cpp's
-    key file, read at load, joins the hash first, keyed the same way (``_with_key_file``)."""
+    key file, read at load, joins the hash first, keyed the same way (``_with_key_file``).
+    ``unread`` (`plan`'s): a sopsFile no age key here opens is noted there by deployment,
+    the entry's hash left without the values (Preview._as_recorded plans it)."""
     key_once = functools.cache(key)  # read (a pass: made) only when a spec names a secret
     for name, entry in list(loaded.entries.items()):
         if entry.key_file is not None:
@@ -1176,8 +1206,10 @@ def resolve_secrets(
             continue
         from controller.host import secrets  # only where a spec names secrets
 
+        missing: list[secrets.Unread] | None = None if unread is None else []
+        folder = Path(entry.source).parent
         try:
-            env = secrets.resolve(entry.deployment.spec, Path(entry.source).parent, untrusted)
+            env = secrets.resolve(entry.deployment.spec, folder, untrusted, missing)
         except secrets.SecretError as exc:
             loc = ("spec", "envFrom", exc.index)
             error = loaded.error(ManifestError(
@@ -1187,6 +1219,10 @@ def resolve_secrets(
             del loaded.entries[name]
             loaded.errors.append(error)
             loaded.invalid_names[name] = str(error)
+            continue
+        if unread is not None and missing:  # values unknown: no digest to cover
+            unread[name] = missing
+            loaded.entries[name] = dataclasses.replace(entry, secret_env=env)
             continue
         unkeyed = secrets.unkeyed_digest(env)
         digest = unkeyed if (k := key_once()) is None else secrets.digest(env, k)

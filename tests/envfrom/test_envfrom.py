@@ -418,3 +418,53 @@ def test_status_refresh_probes_with_the_key_from_envfrom(
         shown = rc("status", "--refresh", "-o", "json", check=0, env=blind)
         assert shown.json()[0]["phase"] == "Starting" and shown.err == "", shown
     rc.down()
+
+
+def test_plan_without_the_age_key_plans_sops_file_deployments_as_unchanged(
+    reconcile: Any, age_key: AgeKey
+) -> None:
+    """A CI job (a laptop) has no node age key: `plan` showed every deployment with a
+    sopsFile as spec invalid and exited 1, failing the shipped workflow on every pull
+    request. It plans them as if their values were unchanged (they cannot be known there),
+    says so once per file, and exits 0 in sync, 2 with a change; a pass without the key
+    still starts no engine whose secrets it cannot read."""
+    rc = reconcile
+    value = _secret("api")
+    age_key.encrypt(f"API_KEY={value}\n", rc.manifests / "secrets" / "api.env")
+    rc.env["SOPS_AGE_KEY_FILE"] = str(age_key.file)
+    rc.env["XDG_CONFIG_HOME"] = str(rc.tmp / "config")  # no keys.txt of the box's user
+    item = {"sopsFile": "secrets/api.env"}
+    rc.write("web", envFrom=[item])
+    rc.write("chat", envFrom=[item])
+    rc.converge()
+    before = {name: rc.record(name) for name in ("web", "chat")}
+
+    del rc.env["SOPS_AGE_KEY_FILE"]  # the CI job's environment
+    plan = rc("plan", check=0)
+    said = "sopsFile secrets/api.env (chat, web): its values were not read here"
+    assert plan.out.count("sopsFile secrets/api.env") == 1 and said in plan.out, str(plan)
+    assert "SOPS_AGE_KEY_FILE is unset" in plan.out and "In sync" in plan.out, str(plan)
+    doc = rc("plan", "-o", "json", check=0).json()
+    assert doc["in_sync"] and doc["errors"] == [] and len(doc["secrets_not_read"]) == 1, doc
+    other = make_key(rc.tmp / "other-keys", "other")  # a laptop's key: no recipient
+    rc.env["SOPS_AGE_KEY_FILE"] = str(other.file)
+    laptop = rc("plan", check=0)
+    assert f"SOPS_AGE_KEY_FILE={other.file} is not one of its recipients" in laptop.out, laptop
+    del rc.env["SOPS_AGE_KEY_FILE"]
+
+    rc.write("web", envFrom=[item], args=["--changed"])
+    plan = rc("plan", check=2)
+    assert plan.out.count("sopsFile secrets/api.env") == 1, str(plan)
+    changed = [line for line in plan.out.splitlines() if " web " in line]
+    assert changed and "spec.args" in changed[0] and "envFrom" not in changed[0], str(plan)
+    assert any(" chat " in x and "unchanged" in x for x in plan.out.splitlines()), str(plan)
+
+    rc.write("fresh", envFrom=[item])
+    result = rc.once(check=1)  # a pass still refuses what it cannot read
+    assert "spec.envFrom[0]: sopsFile secrets/api.env cannot be decrypted" in result.err
+    assert not rc.pids("fresh") and rc.status(cli=True)["fresh"]["phase"] == "Pending"
+    for name, rec in before.items():
+        assert rc.record(name)["ref"] == rec["ref"] and rc.alive(rec["ref"]["pid"]), name
+    shown = plan.out + plan.err + json.dumps(doc) + laptop.out + result.out + result.err
+    assert value not in shown, shown
+    rc.down()

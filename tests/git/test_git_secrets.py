@@ -134,3 +134,31 @@ def test_a_cron_run_without_the_daemon_s_age_key_notifies_no_degraded(
     assert told(hook, "Degraded") == [] and len(told(hook, "Synced")) == 1, hook.accepted
     assert d.stop() == 0
     reconcile(*git, "down", check=0)
+
+
+def test_a_rollback_dry_run_without_the_age_key_plans_a_sops_file_deployment(
+    reconcile: Any, remote: Remote, tmp_path: Path
+) -> None:
+    """`rollback --dry-run` shares `plan`'s preview: without the node's age key (a shell
+    without the unit's environment) its sopsFile deployment was spec invalid (exit 1). It
+    plans it as if its values were unchanged, naming the file once, and reads nothing."""
+    rc, git = reconcile, ("--git", remote.url, "--git-path", "manifests")
+    key = make_key(tmp_path / "keys")
+    rc.env["SOPS_AGE_KEY_FILE"] = str(key.file)
+    rc.env["XDG_CONFIG_HOME"] = str(tmp_path / "config")  # no keys.txt of the box's user
+    key.encrypt("API_KEY=never-shown\n", remote.work / "manifests" / "secrets" / "api.env")
+    item = {"sopsFile": "secrets/api.env"}
+    good = remote.deploy("web", envFrom=[item])
+    rc.converge(*git)
+    remote.deploy("web", envFrom=[item], env={"MODE": "two"})
+    rc.converge(*git)
+
+    del rc.env["SOPS_AGE_KEY_FILE"]
+    dry = rc("rollback", good, "--dry-run", check=0)
+    assert dry.out.count("sopsFile secrets/api.env") == 1, dry
+    assert "(web): its values were not read here (SOPS_AGE_KEY_FILE is unset)" in dry.out
+    changed = [line for line in dry.out.splitlines() if " web " in line]
+    assert changed and "spec.env.MODE changed" in changed[0] and "envFrom" not in changed[0], dry
+    assert "never-shown" not in dry.out + dry.err and "error:" not in dry.out, dry
+    rc.env["SOPS_AGE_KEY_FILE"] = str(key.file)
+    rc(*git, "down", check=0)

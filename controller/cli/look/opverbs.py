@@ -145,6 +145,7 @@ def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from controller.cli.render import planview
     from controller.core.manifest.labels import kept_apart, kept_note, skip_note
+    from controller.host import secrets
     from controller.store.sources.manifests import load
 
     fmt = output_format(args, "text", ("text", "json", "name"))
@@ -158,6 +159,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         say_warnings(cfg)  # no plan to list them in
         return _unplanned(fmt, cfg, *first)
     view = preview(cfg)
+    view.unread_secrets = {}  # a CI job has no age key: its sopsFiles' values unknown
     loaded = load(
         cfg.manifests,
         insecure=cfg.insecure_manifests,
@@ -185,8 +187,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     blocked = planview.blocked(found)
     skipped, kept = kept_apart(desired.skipped, _here(observed, cfg) & set(desired.invalid))
     counts = planview.replicas(desired, view.autoscaler.notes)
+    unread = secrets.unread_notes(view.unread_secrets)
     if fmt == "name":
         print("".join(f"{c.name}\n" for c in found if c.kind != "unchanged"), end="")
+        print("".join(f"reconcile: note: {n}\n" for n in unread), end="", file=sys.stderr)
     elif fmt == "json":
         doc = {
             "node": cfg.node,
@@ -200,6 +204,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "errors": errors,
             "skipped": dict(sorted(skipped.items())),  # name -> its nodeSelector
             "kept_invalid": kept,  # skipped, but a record here: its manifest did not load
+            "secrets_not_read": unread,  # sopsFiles no age key here opens (a CI job)
             # The commit planned against (a git source's applied one: `plan` fetches nothing).
             "revision": desired.revision,
         }
@@ -208,6 +213,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         notes = (skip_note(skipped, labels_read=cfg.labels is not None), kept_note(kept))
         lines = [planview.text(found, errors), *planview.replicas_text(counts)]
         lines += filter(None, notes)  # this node's share of a fleet
+        lines += [f"note: {n}" for n in unread]
         print("\n".join([*lines, *_against(cfg)]))
     if errors or blocked:  # what would make `--once` exit 1
         return EXIT_FAIL

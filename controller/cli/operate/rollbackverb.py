@@ -160,12 +160,14 @@ def _show_change(
     read-only Preview), changing nothing: the manifests are read from git into a temp dir."""
     from controller.cli.common import preview
     from controller.cli.render import planview
+    from controller.host import secrets
     from controller.store.sources.manifests import load
 
     with tempfile.TemporaryDirectory(prefix="reconcile-rollback-") as tmp:
         folder = _export(source.repo, target, st.path, Path(tmp))
         # named as the repository does (a pass names them so): not by the temp dir
         view = preview(cfg)
+        view.unread_secrets = {}  # as `plan`: a sopsFile no key here opens is unknown
         loaded = load(
             [folder],
             insecure=cfg.insecure_manifests,
@@ -183,6 +185,7 @@ def _show_change(
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
     print(f"rollback {(st.applied or '-')[:12]} -> {target[:12]} would make this plan:")
     print(planview.text(found, errors))
+    print("".join(f"note: {n}\n" for n in secrets.unread_notes(view.unread_secrets)), end="")
     return EXIT_FAIL if errors else EXIT_OK
 
 
