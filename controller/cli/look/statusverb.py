@@ -41,6 +41,7 @@ from controller.cli.render.views import (
     table,
     widths_of,
 )
+from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.names import base_name
 from controller.core.replicaset import group, selects
 from controller.core.state import Drain, Phase, Record, RecordView
@@ -145,11 +146,39 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"warning: {line}", file=sys.stderr)
     for line in seen.unrecorded:
         print(line, file=sys.stderr)
+    for line in outside_inventory(cfg, seen.records):
+        print(line, file=sys.stderr)
     for problem in seen.problems:
         print(f"error: {problem}", file=sys.stderr)
     # What cannot be read is not shown: exit 1 as `plan` does for an unreadable record
     # (kubectl get prints what it could and exits 1 on an error); stdout stays whole.
     return EXIT_FAIL if seen.problems else EXIT_OK
+
+
+def outside_inventory(cfg: Config, records: list[Record]) -> list[str]:
+    """``warning:`` lines of the engines here holding a device the inventory no longer
+    lists (``--devices`` changed, the daemon restarted, the engine ran on): only
+    `devices` said so, and `status` showed the device as if nothing were amiss. The
+    inventory is looked up only when a record here holds a device; one that finds none
+    (a shell without the daemon's RECONCILE_DEVICES, on a box with no driver) knows
+    nothing to say."""
+    holding = [r for r in records if r.holds and r.devices and not r.elsewhere(cfg.node)]
+    if not holding or on_cluster(cfg.backend):  # a cluster's GPUs are `devices`'s to ask
+        return []
+    from controller.core.statusjson import outside_items
+    from controller.host import devices
+
+    known = devices.resolve(cfg.devices).keys()
+    if not known:
+        return []
+    return [
+        f"warning: {', '.join(o['held_by'])} holds {o['device']}, which this node's "
+        "inventory no longer lists (--devices / RECONCILE_DEVICES changed while it ran): it "
+        f"runs on, and nothing new is placed there; put {o['device']} back in the daemon's "
+        f"--devices, or `reconcile restart {base_name(o['held_by'][0])}` to move it onto a "
+        "listed device"
+        for o in outside_items(known, holding, cfg.node)
+    ]
 
 
 def skipped(cfg: Config) -> list[str]:
