@@ -156,20 +156,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def outside_inventory(cfg: Config, records: list[Record]) -> list[str]:
-    """``warning:`` lines of the engines here holding a device the inventory no longer
-    lists (``--devices`` changed, the daemon restarted, the engine ran on): only
-    `devices` said so, and `status` showed the device as if nothing were amiss. The
-    inventory is looked up only when a record here holds a device; one that finds none
-    (a shell without the daemon's RECONCILE_DEVICES, on a box with no driver) knows
-    nothing to say."""
+    """``warning:`` lines of the engines here holding a device a static inventory
+    (``--devices``, RECONCILE_DEVICES) no longer lists: changed, the daemon restarted, the
+    engine ran on; only `devices` said so. Discovery (NVML, nvidia-smi) is left to
+    `devices` and the passes: status stays quick, and a shell that lacks the daemon's
+    RECONCILE_DEVICES has no inventory to judge by, so it says nothing."""
     holding = [r for r in records if r.holds and r.devices and not r.elsewhere(cfg.node)]
-    if not holding or on_cluster(cfg.backend):  # a cluster's GPUs are `devices`'s to ask
-        return []
+    if not holding or cfg.devices is None or on_cluster(cfg.backend):
+        return []  # a cluster's GPUs are `devices`'s to ask
+    from controller.core.devices.inventory import parse_static
     from controller.core.statusjson import outside_items
-    from controller.host import devices
 
-    known = devices.resolve(cfg.devices).keys()
-    if not known:
+    try:
+        known = parse_static(cfg.devices).keys()
+    except ConfigError:  # the pass and `devices` say what is wrong with it
         return []
     return [
         f"warning: {', '.join(o['held_by'])} holds {o['device']}, which this node's "
