@@ -172,12 +172,12 @@ def outside_inventory(cfg: Config, records: list[Record]) -> list[str]:
     except ConfigError:  # the pass and `devices` say what is wrong with it
         return []
     return [
-        f"warning: {', '.join(o['held_by'])} holds {o['device']}, which this node's "
-        "inventory no longer lists (--devices / RECONCILE_DEVICES changed while it ran): it "
-        f"runs on, and nothing new is placed there; put {o['device']} back in the daemon's "
-        f"--devices, or `reconcile restart {base_name(o['held_by'][0])}` to move it onto a "
-        "listed device"
+        f"warning: {name} holds {o['device']}, which this node's inventory no longer lists "
+        "(--devices / RECONCILE_DEVICES changed while it ran): it runs on, and nothing new "
+        f"is placed there; put {o['device']} back in the daemon's --devices, or `reconcile "
+        f"restart {base_name(name)}` to move it onto a listed device"
         for o in outside_items(known, holding, cfg.node)
+        for name in o["held_by"]
     ]
 
 
