@@ -198,6 +198,32 @@ def test_a_crash_on_a_device_gone_from_the_inventory_is_placed_afresh(reconcile:
     reconcile.down()
 
 
+def test_status_warns_of_an_engine_on_a_device_gone_from_the_inventory(reconcile: Any) -> None:
+    """The inventory changed under a running engine (its device dropped from --devices):
+    `devices` said so, `status` nothing. It warns on stderr, naming the engine, the
+    device and the next move, which works: a restart moves it onto a listed device."""
+    reconcile.devices = "nvidia:0,nvidia:1"
+    try:
+        reconcile.write("web", devices={"count": 1, "kind": "nvidia"})
+        reconcile.converge()
+        assert reconcile.record("web")["devices"] == ["nvidia:0"]
+        assert reconcile("status", check=0).err == ""  # nothing amiss: nothing said
+        reconcile.devices = "nvidia:1"  # nvidia:0 dropped while web runs on it
+        shown = reconcile("status", check=0)
+        assert shown.out.splitlines()[1].split()[0] == "web", shown.out  # the table as it was
+        assert shown.err == (
+            "warning: web holds nvidia:0, which this node's inventory no longer lists "
+            "(--devices / RECONCILE_DEVICES changed while it ran): it runs on, and nothing new "
+            "is placed there; put nvidia:0 back in the daemon's --devices, or `reconcile "
+            "restart web` to move it onto a listed device\n"
+        ), shown.err
+        reconcile("restart", "web", "--timeout", "60s", check=0)
+        assert reconcile.record("web")["devices"] == ["nvidia:1"]
+        assert reconcile("status", check=0).err == ""
+    finally:
+        reconcile.down()
+
+
 def test_a_whole_lease_allocates_all_of_a_cards_memory(reconcile: Any) -> None:
     """`devices` showed ALLOCATED 0 beside a deployment holding a whole 80Gi card (no
     `memory` in its spec), and `-o json` had no free figure: both now say what the ledger

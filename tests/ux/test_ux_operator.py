@@ -260,6 +260,10 @@ def test_a_later_deployment_of_a_removed_ones_name_has_its_own_events(reconcile:
     removals = [e for e in gone if e["action"] == "removed"]
     assert len(removals) == 1 and gone[-1] == removals[0], gone  # one, after both replicas
     assert removals[0]["reason"].startswith("manifest removed"), removals
+    assert removals[0]["outcome"] == (  # what happened, and that nothing is amiss
+        "removed with its manifest, nothing of it runs now: its events end here"
+        " (a new deployment of this name starts its own)"
+    ), removals
     rc.write("web", basePort=rc.port + 10, env={"LATER": "1"})
     rc.converge()
     own = [json.loads(line) for line in rc("events", "web", "-o", "json", check=0).out.splitlines()]

@@ -8,11 +8,15 @@ reach: a replica with no room, a deployment scaled to 0, a rolling ``@next``.
 
 from __future__ import annotations
 
+import select
+import subprocess
+import time
 import urllib.request
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import yaml
+from procs import wait_for
 from strategies import entry, record
 
 from controller.core.state import Phase
@@ -124,6 +128,58 @@ def test_logs_follow_reaches_every_replica(replicated: Any) -> None:
             line.startswith(f"{name:<5} | ".encode()) and b"GET /v1/models" in line
             for line in out.splitlines()
         ), out
+
+
+def _read_until(out: IO[bytes], got: bytearray, wanted: bytes, seconds: float) -> bool:
+    """Read ``out`` into ``got`` until ``wanted`` is in it or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while wanted not in got and time.monotonic() < deadline:
+        ready, _, _ = select.select([out], [], [], max(0.0, deadline - time.monotonic()))
+        if ready:
+            chunk = out.read(65536)
+            if not chunk:
+                break
+            got += chunk
+    return wanted in got
+
+
+@pytest.fixture
+def one_of_two(reconcile: Any) -> Any:
+    """web with one replica, room for a second; brought down whatever the test found."""
+    reconcile.devices = "nvidia:0,nvidia:1"
+    reconcile.write("web", replicas=1, devices={"count": 1, "kind": "nvidia"})
+    reconcile.converge()
+    yield reconcile
+    reconcile.down()
+
+
+def test_logs_follow_picks_up_a_replica_added_after_it_started(one_of_two: Any) -> None:
+    """`logs -f web` listed web's replicas once, at its start: a scale-up's web@1 was
+    never shown (stern shows it); now it is, from its start, and its end is said."""
+    rc = one_of_two
+    err = rc.tmp / "follow.err"
+    with open(err, "wb") as errors:
+        follow = rc.spawn(
+            rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE, stderr=errors, bufsize=0
+        )
+    assert follow.stdout is not None
+    got = bytearray()
+    assert _read_until(follow.stdout, got, b"reconcile: start web instance", 30), got
+    rc.write("web", replicas=2, devices={"count": 1, "kind": "nvidia"})
+    rc.converge()
+    port = rc.record("web@1")["port"]
+    urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5).read()
+    assert _read_until(follow.stdout, got, b"web@1 | ", 30), got
+    assert _read_until(follow.stdout, got, b"GET /v1/models", 30), got
+    assert b"web@1 | --- " in got  # shown from its start, behind its name
+    rc.write("web", replicas=1, devices={"count": 1, "kind": "nvidia"})
+    rc.converge()
+    ended = "reconcile: web@1 ended (its record is gone)"
+    wait_for(lambda: ended in err.read_text(), 30, "the follow to say web@1 ended")
+    assert follow.poll() is None  # web itself still runs: the follow goes on
+    rc.down()
+    follow.communicate(timeout=30)
+    assert follow.returncode == 0
 
 
 def test_describe_shows_a_section_per_replica(up_once: Any) -> None:

@@ -90,7 +90,25 @@ def cmd_logs(args: argparse.Namespace) -> int:
     sources = _sources(args, cfg, store, names)
     if isinstance(sources, int):
         return sources
-    return _quiet_pipe(lambda: show(args, sources, label))
+    added = _added(store, wanted) if args.replica is None and _all_local(sources) else None
+    return _quiet_pipe(lambda: show(args, sources, label, added))
+
+
+def _all_local(sources: Sequence[LogSource]) -> bool:
+    return all(isinstance(s, LocalLog) for s in sources)
+
+
+def _added(store: RecordStore, wanted: list[str]) -> Callable[[], list[LogSource]]:
+    """The replicas of the deployments asked for by their name that have a record and a
+    log now: a follow started before a scale-up picks the new ones up (stern does; the
+    list was fixed at the start, so `logs -f web` never showed web@3)."""
+    bases = [n for n in wanted if n == base_name(n)]
+
+    def now() -> list[LogSource]:
+        names = [i for d in bases for i in instances(store, d, None)]
+        return [s for s in (LocalLog(store, n) for n in names) if s.live]
+
+    return now
 
 
 def _sources(
@@ -181,6 +199,7 @@ class LogSource(Protocol):
     """One instance's log, wherever it is kept."""
 
     name: str
+    live: bool  # its instance ran when the source was made (not a log kept alone)
 
     def missing(self) -> str | None:
         """Why there is nothing to show (None: there is a log)."""
@@ -204,6 +223,7 @@ class LocalLog:
 
     def __init__(self, store: RecordStore, name: str) -> None:
         self.name, self.store, self.path = name, store, store.log_path(name)
+        self.live = store.read(name) is not None
         self._mark: tuple[int, int] | None = None  # where `lines` ended: `follow` goes on
 
     def missing(self) -> str | None:
@@ -232,6 +252,7 @@ class RemoteLog:
 
     def __init__(self, backend: Backend, rec: Record) -> None:
         self.name, self.backend, self.rec = rec.name, backend, rec
+        self.live = True
         self.offset = 0
         self._first = backend.log_since(rec, 0)
 
@@ -260,9 +281,14 @@ class RemoteLog:
             self.offset = got[1]
 
 
-def show(args: argparse.Namespace, sources: Sequence[LogSource], label: str) -> int:
+def show(
+    args: argparse.Namespace,
+    sources: Sequence[LogSource],
+    label: str,
+    added: Callable[[], list[LogSource]] | None = None,
+) -> int:
     """The sources' logs (several: each line behind its name); ``-f`` then follows each
-    of them. ``label`` names several in messages."""
+    of them, and those ``added()`` finds later. ``label`` names several in messages."""
     present = [s for s in sources if s.missing() is None]
     if not present:
         why = sources[0].missing() if len(sources) == 1 else None
@@ -284,7 +310,7 @@ def show(args: argparse.Namespace, sources: Sequence[LogSource], label: str) -> 
             out.write(prefix + _ended(line) if prefix else line)
     out.flush()
     if args.follow:
-        _follow(present, prefixes, out)
+        _follow(present, prefixes, out, added)
     return EXIT_OK
 
 
@@ -354,34 +380,71 @@ def _previous(
     return EXIT_FAIL
 
 
-def _follow(sources: Sequence[LogSource], prefixes: dict[str, bytes], out: BinaryIO) -> None:
-    """One thread a source; each ends when its instance is gone (its record, its actor)."""
+def _follow(
+    sources: Sequence[LogSource],
+    prefixes: dict[str, bytes],
+    out: BinaryIO,
+    added: Callable[[], list[LogSource]] | None,
+) -> None:
+    """One thread a source; each ends when its instance is gone (its record, its actor),
+    said when others go on. A replica ``added()`` finds later is shown from its start and
+    followed too, behind its name; the follow ends when every one has ended."""
     lock = threading.Lock()
     broken = threading.Event()  # stdout closed (`| head`): every follower stops
-    threads = []
+    threads: dict[str, threading.Thread] = {}
+    width = max(len(name) for name in prefixes)
 
     def keep_going() -> bool:
         if reader_gone():  # `logs -f | head -1` on a quiet log: no write would fail
             broken.set()
         return not broken.is_set()
 
-    for source in sources:
-        writer = _LineWriter(prefixes[source.name], out, lock, broken)
-        thread = threading.Thread(
-            target=_follow_one, args=(source, writer, keep_going), daemon=True
-        )
+    def others(name: str) -> bool:
+        return any(t.is_alive() for n, t in list(threads.items()) if n != name)
+
+    def start(source: LogSource, prefix: bytes, fresh: bool) -> None:
+        writer = _LineWriter(prefix, out, lock, broken)
+        follower = _Follower(source, writer, keep_going, others, fresh)
+        threads[source.name] = thread = threading.Thread(target=follower.run, daemon=True)
         thread.start()
-        threads.append(thread)
-    while any(t.is_alive() for t in threads):  # short joins: Ctrl-C still reaches us
-        for thread in threads:
+
+    for source in sources:
+        start(source, prefixes[source.name], fresh=False)
+    while any(t.is_alive() for t in list(threads.values())):  # short joins: Ctrl-C
+        for thread in list(threads.values()):
             thread.join(FOLLOW_PERIOD)
+        for source in added() if added is not None and not broken.is_set() else []:
+            if source.name not in threads and source.missing() is None:
+                start(source, f"{source.name:<{width}} | ".encode(), fresh=True)
     if broken.is_set():
         raise BrokenPipeError
 
 
-def _follow_one(source: LogSource, writer: _LineWriter, keep_going: Callable[[], bool]) -> None:
-    source.follow(writer.write, keep_going)
-    writer.close()
+class _Follower:
+    """One instance's follow: its log so far first when it came after the start (a
+    replica added since), then what it appends until it ends, which is said while the
+    others go on (`web@2 ended`: scaled away, or its record removed)."""
+
+    def __init__(
+        self,
+        source: LogSource,
+        writer: _LineWriter,
+        keep_going: Callable[[], bool],
+        others: Callable[[str], bool],
+        fresh: bool,
+    ) -> None:
+        self.source, self.writer, self.keep_going = source, writer, keep_going
+        self.others, self.fresh = others, fresh
+
+    def run(self) -> None:
+        if self.fresh:
+            for line in self.source.lines(None):
+                self.writer.write(line)
+        self.source.follow(self.writer.write, self.keep_going)
+        self.writer.close()
+        if self.source.live and self.keep_going() and self.others(self.source.name):
+            with self.writer.lock:
+                print(f"reconcile: {self.source.name} ended (its record is gone)", file=sys.stderr)
 
 
 class _LineWriter:

@@ -41,6 +41,7 @@ from controller.cli.render.views import (
     table,
     widths_of,
 )
+from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.names import base_name
 from controller.core.replicaset import group, selects
 from controller.core.state import Drain, Phase, Record, RecordView
@@ -145,11 +146,39 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"warning: {line}", file=sys.stderr)
     for line in seen.unrecorded:
         print(line, file=sys.stderr)
+    for line in outside_inventory(cfg, seen.records):
+        print(line, file=sys.stderr)
     for problem in seen.problems:
         print(f"error: {problem}", file=sys.stderr)
     # What cannot be read is not shown: exit 1 as `plan` does for an unreadable record
     # (kubectl get prints what it could and exits 1 on an error); stdout stays whole.
     return EXIT_FAIL if seen.problems else EXIT_OK
+
+
+def outside_inventory(cfg: Config, records: list[Record]) -> list[str]:
+    """``warning:`` lines of the engines here holding a device a static inventory
+    (``--devices``, RECONCILE_DEVICES) no longer lists: changed, the daemon restarted, the
+    engine ran on; only `devices` said so. Discovery (NVML, nvidia-smi) is left to
+    `devices` and the passes: status stays quick, and a shell that lacks the daemon's
+    RECONCILE_DEVICES has no inventory to judge by, so it says nothing."""
+    holding = [r for r in records if r.holds and r.devices and not r.elsewhere(cfg.node)]
+    if not holding or cfg.devices is None or on_cluster(cfg.backend):
+        return []  # a cluster's GPUs are `devices`'s to ask
+    from controller.core.devices.inventory import parse_static
+    from controller.core.statusjson import outside_items
+
+    try:
+        known = parse_static(cfg.devices).keys()
+    except ConfigError:  # the pass and `devices` say what is wrong with it
+        return []
+    return [
+        f"warning: {name} holds {o['device']}, which this node's inventory no longer lists "
+        "(--devices / RECONCILE_DEVICES changed while it ran): it runs on, and nothing new "
+        f"is placed there; put {o['device']} back in the daemon's --devices, or `reconcile "
+        f"restart {base_name(name)}` to move it onto a listed device"
+        for o in outside_items(known, holding, cfg.node)
+        for name in o["held_by"]
+    ]
 
 
 def skipped(cfg: Config) -> list[str]:

@@ -33,7 +33,12 @@ MAX_BYTES = 64 * 1024  # past this the oldest lines are dropped, down to half
 MAX_FIELD = 2048  # characters of one string field (an error, a log line...)
 MAX_ITEMS = 20  # items of one list field (log lines)
 REMOVED = "removed"  # the action of the event that ends a deployment's history
-REMOVED_OUTCOME = "deployment gone: a later one of this name has a history of its own"
+# Said to people (`events`): what happened, that it is as asked, and what comes after it
+# (it read "a later one of this name has a history of its own", which said none of that).
+REMOVED_OUTCOME = (
+    "removed with its manifest, nothing of it runs now: its events end here"
+    " (a new deployment of this name starts its own)"
+)
 
 
 def _clip(value: Any) -> Any:
