@@ -353,6 +353,6 @@ def test_a_node_selector_picks_a_clusters_devices_by_their_nodes_labels() -> Non
     assert "0 free on the nodes matching nodeSelector zone=b — held by other" in got.reason
     got = place_devices(spec(**{**BATCH, "nodeSelector": {"zone": "c"}}), inv, Ledger())
     assert got == Unplaced(
-        "no node with nvidia devices matches nodeSelector zone=c (2 nodes have them): label "
-        "one, or change spec.nodeSelector"
+        "no node with nvidia devices matches nodeSelector zone=c; theirs: zone=a (1), "
+        "zone=b (1): label one, or change spec.nodeSelector"
     )

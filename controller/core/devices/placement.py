@@ -274,15 +274,21 @@ def _choose_on_one_node(
 
 def _unselected(spec: DeploymentSpec, inventory: Inventory, kinds: Sequence[str]) -> str | None:
     """Why a cluster has devices of the kinds asked for, but on no node the selector
-    picks (None: no cluster's devices of those kinds)."""
-    nodes = {d.node for d in inventory.devices if d.node is not None and d.kind in kinds}
+    picks (None: no cluster's devices of those kinds), with what those nodes carry of the
+    selector's keys."""
+    keys = set(spec.node_selector)
+    nodes = {
+        d.node: pairs({k: v for k, v in d.labels if k in keys}) or "none"
+        for d in inventory.devices
+        if d.node is not None and d.kind in kinds
+    }
     if not nodes:
         return None
     kind = "" if spec.devices.kind == "any" else f"{spec.devices.kind} "
+    carried = ", ".join(f"{labels} ({n})" for labels, n in sorted(Counter(nodes.values()).items()))
     return (
-        f"no node with {kind}devices matches nodeSelector {pairs(spec.node_selector)} "
-        f"({len(nodes)} node{'s' if len(nodes) != 1 else ''} have them): label one, or "
-        "change spec.nodeSelector"
+        f"no node with {kind}devices matches nodeSelector {pairs(spec.node_selector)}; "
+        f"theirs: {carried}: label one, or change spec.nodeSelector"
     )
 
 
