@@ -37,7 +37,16 @@ from controller.core.actions import (
 )
 from controller.core.devices.capacity import kinds_of, only_kinds
 from controller.core.devices.inventory import Inventory
-from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
+from controller.core.devices.placement import (
+    Ledger,
+    Placed,
+    Selector,
+    Spread,
+    Unplaced,
+    bound_selectors,
+    ledger_for,
+    place,
+)
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
 from controller.core.manifest.labels import kept_apart, kept_note, matches, share, skip_note
@@ -470,6 +479,8 @@ class Reconciler(Preview):
         # The daemon's stop flag: checked between rounds, so a pass ends after the round
         # in flight (SIGTERM finishes what it started, then exits).
         self.interrupted: Callable[[], bool] = lambda: False
+        # The pass's nodeSelectors: the nodes they pick are placed on last (Spread).
+        self._selectors: frozenset[Selector] = frozenset()
         self.maker = RecordMaker(
             store=self.store,
             inventory=inventory,
@@ -696,6 +707,7 @@ class Reconciler(Preview):
     def _rounds(self, loaded: LoadResult, at_once: Callable[[], bool] | None) -> PassResult:
         desired = self.desired(loaded)
         self.maker.revision = desired.revision  # what the records state (and Update compares)
+        self._selectors = bound_selectors(e.deployment.spec for e in desired.entries.values())
         result = PassResult(
             errors=[*loaded.errors, *self._emptied_errors(loaded)],
             owner=self.config.owner,
@@ -900,7 +912,8 @@ class Reconciler(Preview):
         spec = start.entry.deployment.spec
         inventory = only_kinds(self.inventory, kinds_of(start.devices))  # the plan's kinds
         extra = extra_ports().get(spec.engine, 0)
-        spread = start.entry.name  # as the planner placed it: replicas apart
+        # As the planner placed it: replicas apart, selector-bound nodes last.
+        spread = Spread(start.entry.name, self._selectors)
         placed = place(spec, inventory, ledger, extra, spread=spread)
         bindable = self.backend.port_bindable
         while isinstance(placed, Placed) and not all(map(bindable, placed.ports)):

@@ -15,7 +15,9 @@ from controller.core.devices.placement import (
     MAX_PORT,
     Ledger,
     Placed,
+    Spread,
     Unplaced,
+    bound_selectors,
     ledger_for,
     place,
     place_devices,
@@ -274,4 +276,83 @@ def test_a_clusters_lease_larger_than_every_node_says_so_and_what_to_do() -> Non
         "no node has 3 devices: an engine's devices are on one node, and the most one has is "
         "2 (node b): lower spec.devices.count, or add a node with 3 GPUs",
         field="spec.devices.count",
+    )
+
+
+def _zoned(**nodes: tuple[int, str]) -> Inventory:
+    """A cluster's inventory whose nodes carry a ``zone`` label (and ``pool: t``):
+    node -> (GPUs, zone)."""
+    return Inventory(
+        tuple(
+            Device(kind="nvidia", id=f"{node}/{i}", node=node, labels=(("pool", "t"), ("zone", z)))
+            for node, (count, z) in nodes.items()
+            for i in range(count)
+        ),
+        source="ray",
+    )
+
+
+WEB = {"replicas": 2, "priority": 10, "devices": {"count": 1, "kind": "nvidia"}}
+POOLED = {**WEB, "nodeSelector": {"pool": "t"}}  # every node: it keeps none for itself
+BATCH = {"priority": 1, "devices": {"count": 1, "kind": "nvidia"}, "nodeSelector": {"zone": "b"}}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "web", "batch", "want"),
+    [
+        # The Ray trial's cluster, in both node orders: web on zone a's two GPUs, batch on
+        # zone b's only one (the launch spread web@1 there: batch Pending for good).
+        ({"a": (2, "a"), "b": (1, "b")}, WEB, True, {"web": "a", "web@1": "a", "batch": "b"}),
+        ({"a": (1, "b"), "b": (2, "a")}, WEB, True, {"web": "b", "web@1": "b", "batch": "a"}),
+        # Room on two nodes of zone a: the replicas spread over them.
+        (
+            {"a": (1, "a"), "b": (1, "b"), "c": (1, "a")},
+            WEB,
+            True,
+            {"web": "a", "web@1": "c", "batch": "b"},
+        ),
+        # No selector-bound deployment: the replicas spread over the nodes (device order
+        # alone put both on node a).
+        ({"a": (2, "a"), "b": (1, "b")}, WEB, False, {"web": "a", "web@1": "b"}),
+        # web bound too, to a pool of every node: its selector keeps none of them.
+        ({"a": (2, "a"), "b": (1, "b")}, POOLED, True, {"web": "a", "web@1": "a", "batch": "b"}),
+        # Zone b is the only room left: web (priority 10) takes it, batch waits.
+        ({"a": (1, "a"), "b": (1, "b")}, WEB, True, {"web": "a", "web@1": "b", "batch": None}),
+    ],
+)
+def test_replicas_spread_over_nodes_and_leave_a_selector_bound_deployment_its_node(
+    nodes: dict[str, tuple[int, str]],
+    web: dict[str, Any],
+    batch: bool,
+    want: dict[str, str | None],
+) -> None:
+    inv = _zoned(**nodes)
+    specs = {"web": spec(**web), "batch": spec(**BATCH)} if batch else {"web": spec(**web)}
+    selectors = bound_selectors(specs.values())
+    ledger, got = Ledger(), {}
+    for name in want:  # in priority order, as the planner places them
+        deployment = name.partition("@")[0]
+        placed = place_devices(specs[deployment], inv, ledger, Spread(deployment, selectors))
+        if isinstance(placed, Unplaced):
+            got[name] = None
+            continue
+        ledger.take(name, placed, (), False)
+        got[name] = inv.by_key()[placed[0]].node
+    assert got == want
+
+
+def test_a_node_selector_picks_a_clusters_devices_by_their_nodes_labels() -> None:
+    """The plan gave a selector-bound deployment any node's GPU; Ray's label filter then
+    put it elsewhere than `plan` said."""
+    inv = _zoned(a=(1, "a"), b=(1, "b"))
+    assert place_devices(spec(**BATCH), inv, Ledger()) == ("nvidia:b/0",)
+    held = Ledger()
+    held.take("other", ("nvidia:b/0",), (), False)
+    got = place_devices(spec(**BATCH), inv, held)
+    assert isinstance(got, Unplaced), got
+    assert "0 free on the nodes matching nodeSelector zone=b — held by other" in got.reason
+    got = place_devices(spec(**{**BATCH, "nodeSelector": {"zone": "c"}}), inv, Ledger())
+    assert got == Unplaced(
+        "no node with nvidia devices matches nodeSelector zone=c; theirs: zone=a (1), "
+        "zone=b (1): label one, or change spec.nodeSelector"
     )

@@ -341,7 +341,8 @@ def test_a_node_selector_chooses_ray_nodes_by_their_labels(h100: str, rc: Reconc
     assert got["plain"]["node"] != h100 and answers(got["plain"]), got
     second = got["second"]
     assert second["phase"] == "Pending" and not second["devices"], second
-    assert "no Ray node matching nodeSelector gpu=h100 has 1 free GPU" in second["message"]
+    said = "0 free on the nodes matching nodeSelector gpu=h100 — held by pinned"
+    assert said in second["message"], second
     assert got["pinned"]["node"] == h100 and got["pinned"]["phase"] == "Ready", got
 
     # The labelled node's GPU freed: the second one lands there, and only there.
@@ -373,3 +374,52 @@ def test_an_actor_stops_its_engine_as_its_parent(rc: Reconcile) -> None:
     assert cmdline(parent).startswith("ray::EngineHost"), (parent, cmdline(parent))
     rc.down()
     wait_for(lambda: not alive(pid), timeout=30, what="the engine stopped by its actor")
+
+
+@pytest.fixture
+def zones(cluster: Any) -> Iterator[dict[str, str]]:
+    """A two-GPU node labelled ``zone=a`` and a one-GPU node labelled ``zone=b``, both
+    ``pool=t`` (the module's unlabelled nodes are in no pool), for one test: zone -> its
+    node id. Removed after the test's own teardown."""
+    added: dict[str, Any] = {}
+    try:
+        for zone, gpus in (("a", 2), ("b", 1)):
+            added[zone] = cluster.add_node(
+                num_cpus=1,
+                num_gpus=gpus,
+                object_store_memory=80 << 20,
+                labels={"zone": zone, "pool": "t"},
+            )
+        cluster.wait_for_nodes()
+        yield {zone: str(node.node_id) for zone, node in added.items()}
+    finally:
+        for node in added.values():
+            cluster.remove_node(node)
+
+
+def test_replicas_go_where_plan_put_them_leaving_a_bound_deployment_its_node(
+    zones: dict[str, str], rc: Reconcile
+) -> None:
+    """The Ray trial's cluster: `plan` put web's two replicas on zone a's two GPUs and
+    batch on zone b's only one; the launch spread web@1 onto zone b (a node without a
+    sibling), so batch stayed Pending for good and every `--once` exited 1."""
+    pool = {"pool": "t"}
+    rc.write("web", command=ENGINE, devices=GPU, replicas=2, priority=10, nodeSelector=pool)
+    rc.write("batch", command=ENGINE, devices=GPU, priority=1, nodeSelector={"zone": "b"})
+    a, b = zones["a"][:8], zones["b"][:8]  # as device keys and tables name a node
+    planned = rc("plan", check=2).out
+    assert f"nvidia:{a}/0" in planned and f"nvidia:{b}/0" in planned, planned
+    for line in planned.splitlines():
+        if "batch" in line and "nvidia:" in line:
+            assert f"nvidia:{b}/" in line, planned
+        elif "web" in line and "nvidia:" in line:
+            assert f"nvidia:{a}/" in line and b not in line, planned
+    got = once_until(
+        rc,
+        "web, web@1 and batch Ready",
+        lambda s: all(s.get(n, {}).get("phase") == "Ready" for n in ("web", "web@1", "batch")),
+        timeout=120,
+    )
+    assert got["web"]["node"] == got["web@1"]["node"] == zones["a"], got
+    assert got["batch"]["node"] == zones["b"] and answers(got["batch"]), got
+    rc.once(check=0)  # in sync: the pass exits 0

@@ -135,7 +135,7 @@ class RayBackend(OnTheirNodes):
         ns = naming.namespace(self.state_dir, rec.owner)
         model = self._model_node(rec.name, launch.entry)
         strategy = model[1] if model is not None else self._image_node(rec.name, spec)
-        strategy = strategy or self._strategy(rec.name, spec)
+        strategy = strategy or self._planned(rec, spec) or self._strategy(rec.name, spec)
         job = EngineJob(
             entry=launch.entry,
             nonce=rec.nonce,
@@ -265,10 +265,26 @@ class RayBackend(OnTheirNodes):
             if base_name(other) == deployment and other != name
         )
 
+    def _planned(self, rec: Record, spec: DeploymentSpec) -> Any:
+        """The node of the GPUs the plan chose for ``rec`` (their keys name it), while it
+        is live and selected: a soft pin, so the pass runs it where `plan` said. The
+        planner spreads replicas over nodes, and leaves a node that a selector-bound
+        deployment needs for last; a choice of the launch's own (``_strategy``) could
+        take that node and leave the other Pending. None: no GPUs, or no such node."""
+        planned = {naming.node_of(key) for key in rec.devices}
+        live = cluster.selected(cluster.nodes(), spec.node_selector) if planned else []
+        nodes = [n.node_id for n in live if naming.short(n.node_id) in planned]
+        if len(nodes) != 1:
+            return None
+        with self._placing:
+            self._nodes[rec.name] = nodes[0]  # claimed now: a concurrent sibling's launch sees it
+        return _soft_pin(nodes[0])
+
     def _strategy(self, name: str, spec: DeploymentSpec) -> Any:
         """Where Ray should put the actor of record ``name``.
 
-        A replica goes to a node none of its siblings is on, where one has room: Ray's
+        A replica asking for no GPU (one that does goes where the plan put its GPUs:
+        ``_planned``) goes to a node none of its siblings is on, where one has room: Ray's
         SPREAD alone is per driver, and every pass is a new one, so three replicas
         launched by two passes landed on two nodes. Not to one the pass's look found
         without its image (imagefetch.py) while another has room. ``soft``: if that node

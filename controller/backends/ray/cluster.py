@@ -105,6 +105,7 @@ def inventory() -> Inventory:
             kind="nvidia",
             id=device_key(n.node_id, str(i)).partition(":")[2],
             node=short(n.node_id),
+            labels=tuple(sorted(n.labels.items())),
         )
         for n in nodes()
         for i in range(n.gpus)

@@ -35,3 +35,8 @@ def short(node_id: str) -> str:
 def device_key(node_id: str, gpu: str) -> str:
     """A cluster GPU in the records' ``kind:id`` form: unique across nodes."""
     return f"nvidia:{short(node_id)}/{gpu}"
+
+
+def node_of(key: str) -> str:
+    """The short node id in a cluster GPU's key (:func:`device_key`'s inverse)."""
+    return key.partition(":")[2].partition("/")[0]

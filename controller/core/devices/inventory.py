@@ -34,6 +34,9 @@ class Device:
     # The machine it is on, for a cluster's inventory (a Ray node); None: this node's.
     # An engine runs on one machine, so a lease's devices are all on one node.
     node: str | None = None
+    # That node's labels (a Ray node's `ray start --labels`): spec.nodeSelector picks
+    # among a cluster's devices in the plan, as Ray's label filter does at the launch.
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:

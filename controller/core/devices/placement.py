@@ -8,10 +8,11 @@ listeners); :func:`place` reads it and never mutates it; the planner calls
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.core.devices.inventory import KINDS, Device, Inventory
+from controller.core.manifest.labels import matches, pairs
 from controller.core.manifest.names import base_name
 from controller.core.manifest.quantity import format_bytes
 from controller.core.manifest.specs import DeploymentSpec
@@ -153,27 +154,77 @@ def _matches(device: Device, candidates: tuple[str, ...] | None) -> bool:
     return candidates is None or device.id in candidates or device.key in candidates
 
 
+def _selected(device: Device, selector: Mapping[str, str]) -> bool:
+    """A cluster's device on a node the selector picks (a local device: the node's own
+    labels chose the manifest before any plan)."""
+    return device.node is None or matches(selector, dict(device.labels))
+
+
+Selector = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """Which devices a placement would rather not take while others fit.
+
+    ``sibling``: the deployment whose replicas this one keeps apart from, on devices and
+    (a cluster's) nodes. ``selectors``: the plan's spec.nodeSelectors (of deployments
+    asking for devices); a node that one picks among fewer than all of this placement's
+    nodes is taken last, so a deployment with more choice leaves it room."""
+
+    sibling: str | None = None
+    selectors: frozenset[Selector] = frozenset()
+
+
+def bound_selectors(specs: Iterable[DeploymentSpec]) -> frozenset[Selector]:
+    """The nodeSelectors of ``specs`` that ask for devices (:attr:`Spread.selectors`)."""
+    return frozenset(
+        tuple(sorted(s.node_selector.items())) for s in specs if s.node_selector and s.devices.count
+    )
+
+
+def _kept(usable: list[Device], selectors: frozenset[Selector]) -> set[str]:
+    """The nodes of ``usable`` a selector picks some but not all of (one picking them all
+    leaves this placement no other choice: it keeps nothing)."""
+    labels = {d.node: dict(d.labels) for d in usable if d.node is not None}
+    kept: set[str] = set()
+    for selector in selectors:
+        picked = {n for n, own in labels.items() if matches(dict(selector), own)}
+        if len(picked) < len(labels):
+            kept |= picked
+    return kept
+
+
 def _device_order(device: Device) -> tuple[int, int, str]:
     ident = int(device.id) if device.id.isdigit() else 1 << 30
     return (KINDS.index(device.kind), ident, device.id)
 
 
 def place_devices(
-    spec: DeploymentSpec, inventory: Inventory, ledger: Ledger, spread: str | None = None
+    spec: DeploymentSpec, inventory: Inventory, ledger: Ledger, spread: Spread | None = None
 ) -> tuple[str, ...] | Unplaced:
-    """``spread``: the deployment whose replicas this one avoids sharing a device with
-    while another device fits (they then survive one device's failure, and do not
+    """``spread``: the devices (and nodes) taken last while others fit, see
+    :class:`Spread` (replicas apart survive one device's or node's failure, and do not
     compete for one device's compute)."""
     want = spec.devices
     if want.count == 0:
         return ()
     kinds = KINDS if want.kind == "any" else (want.kind,)
     usable = sorted(
-        (d for d in inventory.devices if d.kind in kinds and _matches(d, want.candidates)),
+        (
+            d
+            for d in inventory.devices
+            if d.kind in kinds and _matches(d, want.candidates) and _selected(d, spec.node_selector)
+        ),
         key=_device_order,
     )
+    if not usable and spec.node_selector:
+        unselected = _unselected(spec, inventory, kinds)
+        if unselected is not None:
+            return Unplaced(unselected)
+    rank = _node_rank(usable, ledger, spread or Spread())
     for kind in kinds:
-        chosen = _choose_on_one_node([d for d in usable if d.kind == kind], spec, ledger, spread)
+        chosen = _choose_on_one_node([d for d in usable if d.kind == kind], spec, ledger, rank)
         if chosen is not None:
             return chosen
     too_few = _no_node_has(want.count, usable)
@@ -184,20 +235,61 @@ def place_devices(
     return Unplaced(_no_capacity(spec, usable, ledger))
 
 
+Rank = Callable[[Device], tuple[bool, bool, bool]]
+
+
+def _node_rank(usable: list[Device], ledger: Ledger, spread: Spread) -> Rank:
+    """A device's place in the choice, lowest first: not a sibling's device, not on a
+    node kept for a selector-bound deployment (``_kept``), not on a node a sibling runs on."""
+    crowded = (
+        {d.node for d in usable if d.node is not None and ledger.held_by(d.key, spread.sibling)}
+        if spread.sibling is not None
+        else set()
+    )
+    kept = _kept(usable, spread.selectors)
+
+    def rank(d: Device) -> tuple[bool, bool, bool]:
+        sibling = spread.sibling is not None and ledger.held_by(d.key, spread.sibling)
+        return (sibling, d.node in kept, d.node is not None and d.node in crowded)
+
+    return rank
+
+
 def _choose_on_one_node(
-    devices: list[Device], spec: DeploymentSpec, ledger: Ledger, spread: str | None
+    devices: list[Device], spec: DeploymentSpec, ledger: Ledger, rank: Rank
 ) -> tuple[str, ...] | None:
-    """:func:`_choose` within one node, the first in device order that has room: on a
-    cluster's inventory (each device names its node) an engine's devices cannot span two
+    """:func:`_choose` within one node, the best ranked that has room: on a cluster's
+    inventory (each device names its node) an engine's devices cannot span two
     machines. Ray would never place it: ``plan`` said "create" over two nodes."""
-    nodes = sorted({d.node for d in devices if d.node is not None})
+    per_node = {d.node: rank(d)[1:] for d in devices if d.node is not None}
+    nodes = sorted(per_node, key=lambda node: (per_node[node], node))
     if spec.devices.count <= 1 or not nodes:
-        return _choose(devices, spec, ledger, spread)
+        return _choose(devices, spec, ledger, rank)
     for node in nodes:
-        chosen = _choose([d for d in devices if d.node == node], spec, ledger, spread)
+        chosen = _choose([d for d in devices if d.node == node], spec, ledger, rank)
         if chosen is not None:
             return chosen
     return None
+
+
+def _unselected(spec: DeploymentSpec, inventory: Inventory, kinds: Sequence[str]) -> str | None:
+    """Why a cluster has devices of the kinds asked for, but on no node the selector
+    picks (None: no cluster's devices of those kinds), with what those nodes carry of the
+    selector's keys."""
+    keys = set(spec.node_selector)
+    nodes = {
+        d.node: pairs({k: v for k, v in d.labels if k in keys}) or "none"
+        for d in inventory.devices
+        if d.node is not None and d.kind in kinds
+    }
+    if not nodes:
+        return None
+    kind = "" if spec.devices.kind == "any" else f"{spec.devices.kind} "
+    carried = ", ".join(f"{labels} ({n})" for labels, n in sorted(Counter(nodes.values()).items()))
+    return (
+        f"no node with {kind}devices matches nodeSelector {pairs(spec.node_selector)}; "
+        f"theirs: {carried}: label one, or change spec.nodeSelector"
+    )
 
 
 def _no_node_has(count: int, usable: list[Device]) -> str | None:
@@ -215,26 +307,22 @@ def _no_node_has(count: int, usable: list[Device]) -> str | None:
 
 
 def _choose(
-    devices: list[Device], spec: DeploymentSpec, ledger: Ledger, spread: str | None
+    devices: list[Device], spec: DeploymentSpec, ledger: Ledger, rank: Rank
 ) -> tuple[str, ...] | None:
-    """``count`` devices of one kind for the spec, in device order, or None.
+    """``count`` devices of one kind for the spec, by rank then device order, or None.
 
     Devices a sibling replica holds come last, so replicas share one only when no
     other fits (a shareable or memory-packed lease could stack on it).
     """
     want = spec.devices
-
-    def sibling(d: Device) -> bool:
-        return spread is not None and ledger.held_by(d.key, spread)
-
     if want.memory is None:
         free = [d for d in devices if ledger.free_for(d.key, want.shareable)]
-        free.sort(key=lambda d: (sibling(d), _device_order(d)))
+        free.sort(key=lambda d: (rank(d), _device_order(d)))
     else:
         fitting = [d for d in devices if ledger.fits(d, want.memory)]
         # Best fit: the tightest devices first, so empty devices and big gaps stay for
         # whole leases and large requests (first fit strands room on every card).
-        free = sorted(fitting, key=lambda d: (sibling(d), ledger.room(d), _device_order(d)))
+        free = sorted(fitting, key=lambda d: (rank(d), ledger.room(d), _device_order(d)))
     if len(free) < want.count:
         return None
     return tuple(d.key for d in sorted(free[: want.count], key=_device_order))
@@ -324,6 +412,8 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
     # Free devices beside the candidates would read as "0 free" of the whole node.
     where = f" of candidates {_listed(want.candidates)}" if want.candidates else ""
     where += _absent(want.candidates, usable)
+    if spec.node_selector and any(d.node is not None for d in usable):
+        where += f" on the nodes matching nodeSelector {pairs(spec.node_selector)}"
     way_out = "widen devices.candidates, " if want.candidates else ""
     return (
         f"no capacity: needs {want.count} {kind}{plural}, {free} free{where} — held by "
@@ -400,7 +490,7 @@ def place(
     ledger: Ledger,
     extra_ports: int = 0,
     *,
-    spread: str | None = None,
+    spread: Spread | None = None,
 ) -> Placed | Unplaced:
     """Devices and ports for ``spec``; ``spread``: see :func:`place_devices`."""
     devices = place_devices(spec, inventory, ledger, spread)

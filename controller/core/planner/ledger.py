@@ -19,7 +19,10 @@ from controller.core.devices.inventory import Inventory
 from controller.core.devices.placement import (
     Ledger,
     Placed,
+    Selector,
+    Spread,
     Unplaced,
+    bound_selectors,
     ledger_for,
     place,
     place_devices,
@@ -64,6 +67,11 @@ def resolve(entry: Entry, measured: Mapping[str, Measured]) -> tuple[Entry, str]
     return dataclasses.replace(entry, deployment=deployment), note
 
 
+def selectors_of(ctx: Context) -> frozenset[Selector]:
+    """The nodeSelectors of ``ctx``'s deployments that ask for devices."""
+    return bound_selectors(e.deployment.spec for e in ctx.desired.entries.values())
+
+
 class PlanLedger:
     def __init__(
         self,
@@ -71,8 +79,11 @@ class PlanLedger:
         held: Ledger,
         instances: dict[str, frozenset[str]],
         starting: dict[str, str] | None = None,
+        selectors: frozenset[Selector] | None = None,
     ) -> None:
         self._ctx = ctx
+        # A cluster's nodes that selector-bound deployments may use go to others last.
+        self._selectors = selectors if selectors is not None else selectors_of(ctx)
         self._held = held
         self._instances = instances  # what counts against maxInstances: name -> device kinds
         # device -> the memory-packed record starting on it (planner/turns.py)
@@ -108,7 +119,7 @@ class PlanLedger:
         if isinstance(room, str):
             return Hold(name=name, reason=room, entry=entry)
         extra = self._ctx.extra_ports.get(spec.engine, 0)
-        placed = place(spec, room, self._held, extra, spread=entry.name)
+        placed = place(spec, room, self._held, extra, spread=Spread(entry.name, self._selectors))
         if isinstance(placed, Unplaced):
             return Hold(name=name, reason=self._unplaced(entry, placed, room), entry=entry)
         memory = spec.devices.memory
@@ -184,7 +195,7 @@ class PlanLedger:
         gone = set(names)
         kept = {n: kinds for n, kinds in self._instances.items() if n not in gone}
         starting = {d: n for d, n in self._starting.items() if n not in gone}  # victims: turn over
-        return PlanLedger(self._ctx, self._held.without(gone), kept, starting)
+        return PlanLedger(self._ctx, self._held.without(gone), kept, starting, self._selectors)
 
     def _unplaced(self, entry: Entry, placed: Unplaced, room: Inventory) -> str:
         reason = limits.explain(placed.reason, self._ctx.inventory, room, self._ctx.limits)
