@@ -313,6 +313,24 @@ def bare(cluster: Any, podman: Engine, tmp_path: Path) -> Iterator[str]:  # noqa
 HELD = ["low", "keep-1", "keep-2", "web"]
 
 
+def _backed_off_unpulled(rc: Reconcile, name: str, image: str, bare: str) -> None:
+    """``name`` backed off after its image's pull failed on ``bare``, holding nothing."""
+    failed = backed_off(rc, name, 0)
+    assert failed["message"].startswith(f"cannot pull image {image}: "), failed
+    assert failed["message"].endswith(f"on Ray node {bare[:8]}"), failed
+    assert failed["devices"] == [] and failed["port"] is None, failed
+
+
+def _untouched(rc: Reconcile, names: list[str], before: dict[str, Any]) -> None:
+    """Each of ``names`` Ready as ``before``, never restarted, none preempted."""
+    for name in names:
+        kept = rc.record(name)
+        assert kept is not None and kept["phase"] == "Ready", kept
+        assert kept["ref"] == before[name]["ref"] and kept["restarts"] == 0, kept
+    preempted = [e for n in names for e in rc.events(n) if e.get("action") == "preempt"]
+    assert preempted == []
+
+
 def _held_but_low(
     rc: Reconcile,
     web: dict[str, Any],
@@ -367,16 +385,8 @@ def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
     try:
         before = _held_but_low(rc, web, bare, pids)
         rc.write("web", replicas=2, **web)
-        failed = backed_off(rc, "web@1", 0)
-        assert failed["message"].startswith(f"cannot pull image {podman.image}: "), failed
-        assert failed["message"].endswith(f"on Ray node {bare[:8]}"), failed
-        assert failed["devices"] == [] and failed["port"] is None, failed
-        for name in names:
-            kept = rc.record(name)
-            assert kept is not None and kept["phase"] == "Ready", kept
-            assert kept["ref"] == before[name]["ref"] and kept["restarts"] == 0, kept
-        preempted = [e for n in names for e in rc.events(n) if e.get("action") == "preempt"]
-        assert preempted == []
+        _backed_off_unpulled(rc, "web@1", podman.image, bare)
+        _untouched(rc, names, before)
         assert {a["name"].partition(".")[0] for a in ours()} == set(names)  # none of web@1
     finally:
         _all_down(rc, pids)
@@ -419,10 +429,7 @@ def test_the_replica_that_fits_where_its_image_is_starts_while_the_one_to_preemp
         waiting = rc.record("web@2")
         assert waiting is not None and waiting["phase"] in ("Pulling", "BackOff"), waiting
         assert waiting["devices"] == [] and waiting["port"] is None, waiting
-        failed = backed_off(rc, "web@2", 0)
-        assert failed["message"].startswith(f"cannot pull image {podman.image}: "), failed
-        assert failed["message"].endswith(f"on Ray node {bare[:8]}"), failed
-        assert failed["devices"] == [] and failed["port"] is None, failed
+        _backed_off_unpulled(rc, "web@2", podman.image, bare)
 
         def ready() -> dict[str, Any] | None:  # `--wait` ends at web@2's back-off
             rc.once(check=None)
@@ -432,12 +439,7 @@ def test_the_replica_that_fits_where_its_image_is_starts_while_the_one_to_preemp
         up = wait_for(ready, timeout=120, what="web@1 Ready")
         assert up["node"] == free and up["nonce"] == placed["nonce"], (up, placed)
         pids.append(up["ref"]["pid"])
-        for name in names:
-            kept = rc.record(name)
-            assert kept is not None and kept["phase"] == "Ready", kept
-            assert kept["ref"] == before[name]["ref"] and kept["restarts"] == 0, kept
-        preempted = [e for n in names for e in rc.events(n) if e.get("action") == "preempt"]
-        assert preempted == []
+        _untouched(rc, names, before)
     finally:
         _all_down(rc, pids)
 
