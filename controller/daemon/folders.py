@@ -28,9 +28,10 @@ from controller.store.watch import Watch, dir_identity
 CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
 COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
 # What each event says of its file (see timers.Settling): closed after a write, or renamed
-# into place, it is whole; created or modified, still being written; deleted (or renamed
-# away), gone. A folder itself coming or going waits like a deletion.
-KIND = {"closed": "settled", "moved": "settled", "created": "writing", "modified": "writing"}
+# into place (from this folder or from one nobody watches: store/watch.py), it is whole;
+# created, begun; modified, being written (no pass reads it before its close); deleted
+# (or renamed away), gone. A folder itself coming or going waits like a deletion.
+KIND = {"closed": "settled", "moved": "settled", "created": "begun", "modified": "writing"}
 # kubelet's atomic writer (a ConfigMap's volume): each file of the folder is a link through
 # ``..data``, and an update renames a new ``..data`` (to a new timestamped folder) onto it,
 # so no event names a manifest. The rename lands whole.

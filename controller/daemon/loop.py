@@ -34,7 +34,7 @@ from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch
 from controller.daemon.gitfetch import Fetcher
 from controller.daemon.notify import Notifier
-from controller.daemon.timers import Settling, Timers, debounce_until
+from controller.daemon.timers import WRITE_QUIET, Settling, Timers, debounce_until
 from controller.daemon.webhooks import Sender
 from controller.errors import BackendUnavailable, ConfigError, LockTimeout, ReconcileError
 from controller.host import bootclock
@@ -63,6 +63,10 @@ SLACK = 0.005  # fire just after a record's due time, never just before
 HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waiting its turn)
 WATCHED = (Phase.STARTING, Phase.READY)
 AT_ONCE = "folder at once"  # the pass of a first whole change after quiet (_debounce)
+# A manifest still being written holds every pass until its close (timers.Settling.held);
+# the timer wakes the loop at the hold's bound, and the log says which file it waits for.
+WRITE_HELD = "pass waits for a manifest still being written"
+HELD = "write held"
 # What a pass stopped by the state dir's disk (full, failing, not writable) leaves to do.
 IO_NEXT = (
     "free space on (or fix the permissions of) the disk it names: the daemon tries again at "
@@ -148,6 +152,7 @@ class Daemon:
         self._events = threading.Lock()
         self._folder_event = False  # a folder event since the loop last woke
         self._settling = Settling()  # what those events left in motion (the watchdog thread's)
+        self._held_by: str | None = None  # the file the passes wait for, once said
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
 
@@ -174,7 +179,7 @@ class Daemon:
         threading.Thread(target=_import_yaml, name="import yaml", daemon=True).start()
         try:
             while not self.stopping:
-                if self.triggers:
+                if self.triggers and self._held_until(self.triggers) is None:
                     self._pass()
                     continue
                 self._wait()
@@ -204,8 +209,36 @@ class Daemon:
             self._autoscale()
         elif key == GIT_FETCH:
             self._fetch()
+        elif key == HELD:
+            pass  # the hold's bound: the loop looks again
+        elif key == "debounce" and (until := self._held_until({label})) is not None:
+            # The file's close (or the hold's bound) decides; the cap is for a stream of
+            # events, and the close's settle must still let a multi-file edit land whole.
+            self._debounce_since = None
+            self.timers.set("debounce", until, label)
         else:
             self.triggers.add(label)
+
+    def _held_until(self, due: set[str]) -> float | None:
+        """When a manifest seen written and not yet closed lets the passes go (None: none
+        holds them): a pass now would read its prefix, which may be valid YAML declaring
+        fewer deployments, and stop the others' engines. Said once per file, when a pass
+        is due (``due``: the passes' triggers)."""
+        now = time.monotonic()
+        with self._events:
+            held = self._settling.held(now)
+        if held is None:
+            self._held_by = None
+            self.timers.cancel(HELD)
+            return None
+        path, until = held
+        if self._held_by != path:
+            self._held_by = path
+            then = f"read at its close, or after {WRITE_QUIET:g} s with no write to it"
+            log.info(WRITE_HELD, file=path, then=then, trigger=",".join(sorted(due)))
+        if self.timers.when(HELD) != until:
+            self.timers.set(HELD, until, HELD)
+        return until
 
     # -- wake-ups ---------------------------------------------------------------------
 

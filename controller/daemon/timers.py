@@ -77,29 +77,56 @@ def debounce_until(
     return min(max(now + delay, pending or 0.0), since + cap)
 
 
+# A file seen written and not yet closed holds the passes: a pass would read its prefix
+# (a writer that pauses between its truncate and its close: a slow copy, a script writing
+# document by document), valid YAML with fewer deployments at a document boundary. Its
+# close ends the hold; these bounds end it for a writer whose close never comes to us (a
+# truncate(2) by path, a kernel queue that overflowed, a writer that keeps it open).
+WRITE_QUIET = 5.0  # seconds with no further write to it
+WRITE_HOLD_MAX = 30.0  # seconds since the first write seen: a file written on and on
+
+
 class Settling:
     """Which folder changes are still in motion, between two passes.
 
-    A file written and not yet closed (or renamed into place) is in motion; once every
-    such file is whole, the pass may run at once. A deletion, or a folder coming and
-    going, waits out the full debounce whatever follows: ``git checkout`` and some
-    editors delete a file just before writing it again, and a deletion stops engines.
-    Kinds, from daemon/folders.py: ``writing``, ``settled``, ``deleted``.
+    A file created, or written, and not yet closed (or renamed into place) is in
+    motion; once every such file is whole, the pass may run at once. One written holds
+    every pass (``held``); one only created does not: nothing written, it reads empty,
+    and an emptied file's deployments are left be (a link made, ``ln -s``, is never
+    closed). A deletion, or a folder coming and going, waits out the full debounce
+    whatever follows: ``git checkout`` and some editors delete a file just before writing
+    it again, and a deletion stops engines. Kinds, from daemon/folders.py: ``begun``,
+    ``writing``, ``settled``, ``deleted``.
     """
 
     def __init__(self) -> None:
-        self.writing: set[str] = set()
+        self.begun: set[str] = set()
+        # path -> (first, last) write seen, on the monotonic clock
+        self.writing: dict[str, tuple[float, float]] = {}
         self.waiting = False
 
-    def note(self, kind: str, path: str) -> None:
-        if kind == "settled":
-            self.writing.discard(path)
-        elif kind == "writing":
-            self.writing.add(path)
-        else:
+    def note(self, kind: str, path: str, now: float | None = None) -> None:
+        if kind == "begun":
+            self.begun.add(path)
+            return
+        self.begun.discard(path)
+        if kind == "writing":
+            at = time.monotonic() if now is None else now
+            self.writing[path] = (self.writing.get(path, (at, at))[0], at)
+            return
+        self.writing.pop(path, None)  # closed, renamed into place, or gone
+        if kind != "settled":
             self.waiting = True
 
     @property
     def whole(self) -> bool:
         """Nothing in motion and no deletion waiting: the pass need not wait."""
-        return not self.writing and not self.waiting
+        return not self.begun and not self.writing and not self.waiting
+
+    def held(self, now: float) -> tuple[str, float] | None:
+        """The file still being written that holds the passes longest, and until when
+        (its close ends it sooner); None when no file holds them."""
+        ends = [(min(last + WRITE_QUIET, first + WRITE_HOLD_MAX), path)
+                for path, (first, last) in self.writing.items()]  # fmt: skip
+        until, path = max(ends, default=(now, ""))
+        return (path, until) if until > now else None

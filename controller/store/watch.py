@@ -35,8 +35,8 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
+from watchdog.observers.inotify import InotifyObserver
 
 from controller.logsetup import get_logger
 
@@ -70,6 +70,15 @@ WATCHED_EVENTS: list[type[FileSystemEvent]] = [
 ]
 
 
+def _observer() -> InotifyObserver:
+    """inotify's observer, saying a rename it cannot pair as one: a file renamed in from a
+    folder nobody watches (``mv /elsewhere/a.yaml manifests/``) is a move with no source,
+    whole as it lands, where watchdog's default made it a creation, a file just begun."""
+    observer = InotifyObserver(generate_full_events=True)
+    observer.daemon = True
+    return observer
+
+
 def visible(path: Path) -> bool:
     """Not a hidden file: ``write_atomic``'s tmp files, the ballast, an editor's swap."""
     return not path.name.startswith(".")
@@ -92,8 +101,7 @@ class Watch:
     def __init__(self, folders: Iterable[Path], what: str) -> None:
         self.folders = tuple(folders)
         self._what = what  # whose watch, in the log line of a dead thread
-        self._observer = Observer()
-        self._observer.daemon = True
+        self._observer = _observer()
         self._watches: dict[Path, tuple[tuple[int, int], ObservedWatch]] = {}
         self._handler = _Handler(self)
         self._started = False
@@ -128,8 +136,7 @@ class Watch:
             f"{self._what} watch thread died: restarting it (the resync covered meanwhile)",
             restarts=self.restarts,
         )
-        self._observer = Observer()
-        self._observer.daemon = True
+        self._observer = _observer()
         self._watches.clear()  # they belonged to the dead observer
         self._observer.start()
         return True

@@ -24,6 +24,7 @@ from watchdog.events import (
     DirCreatedEvent,
     DirModifiedEvent,
     FileClosedEvent,
+    FileCreatedEvent,
     FileDeletedEvent,
     FileModifiedEvent,
     FileMovedEvent,
@@ -36,7 +37,13 @@ from controller.core.state import ProcessRef
 from controller.daemon.engine_exits import ExitWatch
 from controller.daemon.folders import ManifestWatch
 from controller.daemon.notify import Notifier
-from controller.daemon.timers import Settling, Timers, debounce_until
+from controller.daemon.timers import (
+    WRITE_HOLD_MAX,
+    WRITE_QUIET,
+    Settling,
+    Timers,
+    debounce_until,
+)
 from controller.host.procs import identity
 from controller.store.watch import _Handler
 
@@ -264,6 +271,15 @@ def test_which_folder_events_wake_the_loop(event: Any, relevant: bool) -> None:
         pytest.param(
             FileModifiedEvent("/m/a.yaml"), [("writing", "/m/a.yaml")], id="being-written"
         ),
+        pytest.param(FileCreatedEvent("/m/a.yaml"), [("begun", "/m/a.yaml")], id="created"),
+        # inotify's rename with one side in no watched folder: a move with no source (the
+        # watch's full events; a creation otherwise, a file just begun) or no destination.
+        pytest.param(
+            FileMovedEvent("", "/m/a.yaml"), [("settled", "/m/a.yaml")], id="renamed-in-whole"
+        ),
+        pytest.param(
+            FileMovedEvent("/m/a.yaml", ""), [("deleted", "/m/a.yaml")], id="renamed-out-gone"
+        ),
         pytest.param(DirCreatedEvent("/m"), [("deleted", "/m")], id="folder-returns-waits"),
     ],
 )
@@ -314,6 +330,8 @@ def test_reads_beside_the_folder_never_wake_the_watch(tmp_path: Path) -> None:
         pytest.param([("writing", "a"), ("settled", "a")], True, id="written-then-closed"),
         pytest.param([("settled", "a")], True, id="renamed-into-place"),
         pytest.param([("writing", "a")], False, id="still-being-written"),
+        pytest.param([("begun", "a")], False, id="created-not-yet-closed"),
+        pytest.param([("begun", "a"), ("writing", "a"), ("settled", "a")], True, id="new-file"),
         pytest.param(
             [("writing", "a"), ("writing", "b"), ("settled", "a")], False, id="b-still-open"
         ),
@@ -328,6 +346,46 @@ def test_a_pass_runs_early_only_once_every_change_is_whole(
     for kind, path in events:
         settling.note(kind, path)
     assert settling.whole is whole
+
+
+@pytest.mark.parametrize(
+    ("events", "now", "held"),
+    [
+        pytest.param([("writing", "a", 0.0)], 1.0, ("a", WRITE_QUIET), id="open-after-a-pause"),
+        pytest.param([("writing", "a", 0.0), ("settled", "a", 1.0)], 1.0, None, id="closed"),
+        pytest.param([("writing", "a", 0.0)], WRITE_QUIET, None, id="no-close-seen-quiet-ends-it"),
+        pytest.param(
+            [("writing", "a", 0.0), ("writing", "a", 2.0)],
+            4.0,
+            ("a", 2.0 + WRITE_QUIET),
+            id="a-later-write-moves-it",
+        ),
+        pytest.param(
+            [("writing", "a", 0.0), ("writing", "a", WRITE_HOLD_MAX - 1)],
+            WRITE_HOLD_MAX,
+            None,
+            id="written-on-and-on-its-cap-ends-it",
+        ),
+        pytest.param(
+            [("writing", "a", 0.0), ("writing", "b", 1.0), ("settled", "b", 1.5)],
+            2.0,
+            ("a", WRITE_QUIET),
+            id="the-one-still-open",
+        ),
+        pytest.param([("writing", "a", 0.0), ("deleted", "a", 0.5)], 1.0, None, id="gone"),
+        pytest.param([("deleted", "a", 0.0)], 0.0, None, id="a-deletion-holds-nothing"),
+        pytest.param([("begun", "a", 0.0)], 0.0, None, id="created-nothing-written-yet"),
+    ],
+)
+def test_a_file_written_and_not_closed_holds_the_passes(
+    events: list[tuple[str, str, float]], now: float, held: tuple[str, float] | None
+) -> None:
+    """What a pass waits for: a file seen written and not yet closed, until its close or
+    its writer's bounds (a truncate by path, a lost close)."""
+    settling = Settling()
+    for kind, path, at in events:
+        settling.note(kind, path, at)
+    assert settling.held(now) == held
 
 
 # -- engine exits -----------------------------------------------------------------------------

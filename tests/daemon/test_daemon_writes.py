@@ -1,0 +1,75 @@
+"""A manifest still being written is never read; one renamed in from elsewhere is whole.
+
+A real daemon (``--resync 1h``: only folder events start its passes) and a writer that
+pauses mid-file, as a slow copy or a script writing document by document does. Every
+wait is on a condition the daemon shows (its log, the records), never on a sleep: the
+writer's pause ends once the daemon has been due to pass.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from test_daemon_loop import ready_pid, sleeper, spawns
+
+from controller.daemon.loop import WRITE_HELD
+
+
+def test_a_file_written_in_place_with_a_pause_is_read_once_closed(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """Truncated, its first document written, then a pause: the debounce's pass read that
+    prefix, valid YAML with one deployment fewer, and stopped the second one's healthy
+    engine ("removed from two.yaml"), to start it again at the close. The pass waits for
+    the close now."""
+    rc = reconcile
+    first = rc.deployment("first", basePort=rc.port, **sleeper())
+    second = rc.deployment("second", basePort=rc.port + 10, **sleeper())
+    path = rc.manifests / "two.yaml"
+    path.write_text(rc.dump_yaml(first, second))
+    d = daemon()
+    pids = {n: d.wait(lambda n=n: ready_pid(rc, n), f"{n} Ready") for n in ("first", "second")}
+    said = lambda: [e["action"] for e in rc.events("second")] == ["start", "ready"]  # noqa: E731
+    d.wait(said, "second's start and ready journalled")
+    told = rc.events("second")
+    head, tail = rc.dump_yaml(first, second).split("\n---\n")
+    with open(path, "w") as writer:  # truncates: the file is its prefix from here
+        writer.write(head + "\n---\n")  # a prefix at a document boundary is valid YAML
+        writer.flush()
+        os.fsync(writer.fileno())
+        # The pause lasts until the daemon was due to read: it says it waits (the fix),
+        # or it ran its pass (the defect).
+        d.wait(
+            lambda: d.lines(WRITE_HELD) or d.passes("folder"),
+            "the daemon due to read the file mid-write",
+        )
+        writer.write(tail)
+    d.wait(lambda: d.passes("folder"), "the pass after the close")
+    assert rc.events("second") == told, rc.events("second")
+    assert {n: ready_pid(rc, n) for n in pids} == pids, d.tail()
+    assert len(spawns(rc, "second")) == 1
+    held = d.lines(WRITE_HELD)
+    assert held and held[0]["file"] == str(path), d.tail()
+    finish(d)
+
+
+def test_a_file_renamed_in_from_elsewhere_starts_at_once(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """`mv /elsewhere/fresh.yaml manifests/` (the kernel says only "moved to" here): the
+    file is whole, so its pass runs at once, as for a rename inside the folder; it waited
+    the 100 ms debounce of a file still being written."""
+    rc = reconcile
+    elsewhere = rc.tmp / "elsewhere"  # the same file system: a rename, not a copy
+    made = rc.write("fresh", folder=elsewhere, **sleeper())
+    d = daemon("--allow-empty")  # no folder event before the rename: it comes after quiet
+    d.wait_pass()
+    os.rename(made, rc.manifests / "fresh.yaml")
+    d.wait(lambda: ready_pid(rc, "fresh"), "fresh Ready")
+    folder = d.wait(lambda: d.passes("folder"), "the folder's pass")
+    assert folder[0]["trigger"] == "folder at once", d.tail()
+    assert folder[0]["actions"] in (["start"], ["start", "ready"]), d.tail()
+    assert not d.lines(WRITE_HELD), d.tail()
+    assert len(spawns(rc, "fresh")) == 1
+    finish(d)
