@@ -9,11 +9,13 @@ writer's pause ends once the daemon has been due to pass.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
-from test_daemon_loop import ready_pid, sleeper, spawns
+from test_daemon_loop import ready_pid, sleeper, spawns, started
 
 from controller.daemon.loop import WRITE_HELD
+from controller.daemon.timers import WRITE_QUIET
 
 
 def test_a_file_written_in_place_with_a_pause_is_read_once_closed(
@@ -72,4 +74,26 @@ def test_a_file_renamed_in_from_elsewhere_starts_at_once(
     assert folder[0]["actions"] in (["start"], ["start", "ready"]), d.tail()
     assert not d.lines(WRITE_HELD), d.tail()
     assert len(spawns(rc, "fresh")) == 1
+    finish(d)
+
+
+def test_a_file_whose_close_never_comes_is_read_once_its_writes_stop(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """A writer that keeps the file open (or a close the kernel's queue lost) holds the
+    passes only until no write came for WRITE_QUIET: then the file is read as it is."""
+    rc = reconcile
+    d = started(rc, daemon, "keeper")
+    path = rc.manifests / "later.yaml"
+    text = rc.dump_yaml(rc.deployment("later", basePort=rc.port + 10, **sleeper()))
+    with open(path, "w") as writer:
+        writer.write(text)
+        writer.flush()
+        wrote = time.monotonic()
+        d.wait(lambda: ready_pid(rc, "later"), "later Ready, its file still open")
+        waited = time.monotonic() - wrote
+    held = d.lines(WRITE_HELD)
+    assert held and held[0]["file"] == str(path), d.tail()
+    assert waited >= WRITE_QUIET, (waited, d.tail())  # no pass read it before
+    assert ready_pid(rc, "keeper"), d.tail()
     finish(d)
