@@ -126,7 +126,9 @@ class Settling:
     def held(self, now: float) -> tuple[str, float] | None:
         """The file still being written that holds the passes longest, and until when
         (its close ends it sooner); None when no file holds them."""
-        ends = [(min(last + WRITE_QUIET, first + WRITE_HOLD_MAX), path)
-                for path, (first, last) in self.writing.items()]  # fmt: skip
+        ends = [
+            (min(last + WRITE_QUIET, first + WRITE_HOLD_MAX), path)
+            for path, (first, last) in self.writing.items()
+        ]
         until, path = max(ends, default=(now, ""))
         return (path, until) if until > now else None
