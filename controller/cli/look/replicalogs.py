@@ -98,13 +98,13 @@ def _all_local(sources: Sequence[LogSource]) -> bool:
     return all(isinstance(s, LocalLog) for s in sources)
 
 
-def _added(store: RecordStore, wanted: list[str]) -> Callable[[], list[LogSource]]:
+def _added(store: RecordStore, wanted: list[str]) -> Callable[[], list[LocalLog]]:
     """The replicas of the deployments asked for by their name that have a record and a
     log now: a follow started before a scale-up picks the new ones up (stern does; the
     list was fixed at the start, so `logs -f web` never showed web@3)."""
     bases = [n for n in wanted if n == base_name(n)]
 
-    def now() -> list[LogSource]:
+    def now() -> list[LocalLog]:
         names = [i for d in bases for i in instances(store, d, None)]
         return [s for s in (LocalLog(store, n) for n in names) if s.live]
 
@@ -243,7 +243,16 @@ class LocalLog:
             return keep_going() and self.store.read(self.name) is not None
 
         with contextlib.suppress(FileNotFoundError):  # never written: nothing to follow
-            logfiles.follow(self.path, write, going, poll=FOLLOW_PERIOD, start=self._mark)
+            self._mark = logfiles.follow(
+                self.path, write, going, poll=FOLLOW_PERIOD, start=self._mark
+            )
+
+    def again(self) -> LocalLog:
+        """This instance's log once more, from where its follow stopped: it ended (its
+        record went: scaled away, `down web@1`) and a record of its name is back."""
+        back = LocalLog(self.store, self.name)
+        back._mark = self._mark
+        return back
 
 
 class RemoteLog:
@@ -285,7 +294,7 @@ def show(
     args: argparse.Namespace,
     sources: Sequence[LogSource],
     label: str,
-    added: Callable[[], list[LogSource]] | None = None,
+    added: Callable[[], list[LocalLog]] | None = None,
 ) -> int:
     """The sources' logs (several: each line behind its name); ``-f`` then follows each
     of them, and those ``added()`` finds later. ``label`` names several in messages."""
@@ -384,14 +393,17 @@ def _follow(
     sources: Sequence[LogSource],
     prefixes: dict[str, bytes],
     out: BinaryIO,
-    added: Callable[[], list[LogSource]] | None,
+    added: Callable[[], list[LocalLog]] | None,
 ) -> None:
     """One thread a source; each ends when its instance is gone (its record, its actor),
     said when others go on. A replica ``added()`` finds later is shown from its start and
-    followed too, behind its name; the follow ends when every one has ended."""
+    followed too, behind its name; one that ended and is back (a record of its name again)
+    is followed again from where it stopped, said as stern says a new container; the
+    follow ends when every one has ended."""
     lock = threading.Lock()
     broken = threading.Event()  # stdout closed (`| head`): every follower stops
     threads: dict[str, threading.Thread] = {}
+    followed: dict[str, LogSource] = {}
     width = max(len(name) for name in prefixes)
 
     def keep_going() -> bool:
@@ -406,7 +418,17 @@ def _follow(
         writer = _LineWriter(prefix, out, lock, broken)
         follower = _Follower(source, writer, keep_going, others, fresh)
         threads[source.name] = thread = threading.Thread(target=follower.run, daemon=True)
+        followed[source.name] = source
         thread.start()
+
+    def back(name: str) -> LocalLog | None:
+        """The ended follow of an instance whose record is back, to follow again."""
+        ended = followed[name]
+        if threads[name].is_alive() or not isinstance(ended, LocalLog):
+            return None
+        with lock:
+            print(f"reconcile: {name} is back (a new instance): following it", file=sys.stderr)
+        return ended.again()
 
     for source in sources:
         start(source, prefixes[source.name], fresh=False)
@@ -414,8 +436,11 @@ def _follow(
         for thread in list(threads.values()):
             thread.join(FOLLOW_PERIOD)
         for source in added() if added is not None and not broken.is_set() else []:
+            prefix = f"{source.name:<{width}} | ".encode()
             if source.name not in threads and source.missing() is None:
-                start(source, f"{source.name:<{width}} | ".encode(), fresh=True)
+                start(source, prefix, fresh=True)
+            elif source.name in threads and (again := back(source.name)) is not None:
+                start(again, prefix, fresh=False)
     if broken.is_set():
         raise BrokenPipeError
 
