@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from controller.store.side import daemonset
+from controller.store.side.daemonset import DaemonDevices
+
 GI = 1 << 30
 
 # A stand-in `vllm serve MODEL --port P ...`: records its argv, serves /health and /v1/models.
@@ -222,6 +225,40 @@ def test_status_warns_of_an_engine_on_a_device_gone_from_the_inventory(reconcile
         assert reconcile("status", check=0).err == ""
     finally:
         reconcile.down()
+
+
+def _daemon_on(rc: Any, devices: str) -> Any:
+    """A daemon started with ``devices`` as its inventory, once its note says so."""
+    rc.devices = devices
+    daemon = rc.daemon("--resync", "1h")
+    noted = DaemonDevices(static=devices)
+    rc.wait_for(lambda: daemonset.devices_of(rc.state, daemon.pid) == noted, 30, "its note")
+    return daemon
+
+
+def test_status_judges_devices_by_the_daemon_s_inventory_not_its_shell_s(reconcile: Any) -> None:
+    """`status` compared the devices engines hold with its own shell's inventory: one run
+    with another RECONCILE_DEVICES than the daemon's warned of a device the daemon lists,
+    and said nothing of one it had dropped. It judges by the running daemon's now."""
+    rc = reconcile
+    try:
+        rc.write("web", devices={"count": 1, "kind": "nvidia"})
+        rc.devices = "nvidia:0,nvidia:1"
+        rc.converge()
+        assert rc.record("web")["devices"] == ["nvidia:0"]
+        daemon = _daemon_on(rc, "nvidia:0,nvidia:1")
+        rc.devices = "nvidia:1"  # a shell whose inventory lacks web's device: the daemon's has it
+        assert rc("status", check=0).err == ""
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        daemon = _daemon_on(rc, "nvidia:1")  # nvidia:0 dropped while web runs on it
+        rc.devices = "nvidia:0,nvidia:1"  # a shell that still lists it
+        said = rc("status", check=0).err
+        assert said.startswith("warning: web holds nvidia:0, which this node's inventory"), said
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    finally:
+        rc.down()
 
 
 def test_a_whole_lease_allocates_all_of_a_cards_memory(reconcile: Any) -> None:
