@@ -35,6 +35,7 @@ from controller.cli.common import (
     no_such,
     reader_gone,
 )
+from controller.cli.look import runtimelog
 from controller.core.manifest.names import (
     base_name,
     instance_of,
@@ -119,7 +120,9 @@ def _sources(
     records = {n: store.read(n) for n in names}
     remote = [r for r in records.values() if r is not None and r.on_cluster]
     if not remote:
-        return [LocalLog(store, n) for n in names]
+        boxed = [r for r in records.values() if r is not None and r.container is not None]
+        detached = _detached(cfg, boxed) if boxed else {}
+        return [detached.get(n) or LocalLog(store, n) for n in names]
     if args.previous:
         print("reconcile: --previous is not kept for engines on a cluster", file=sys.stderr)
         return EXIT_USAGE
@@ -134,6 +137,20 @@ def _sources(
 
     backend = open_backend(cfg)
     return [RemoteLog(backend, r) for r in records.values() if r is not None]
+
+
+def _detached(cfg: Config, boxed: list[Record]) -> dict[str, LogSource]:
+    """The container engines of ``boxed`` whose `run` ended while they run on: their log
+    file gets nothing more, the runtime's log has it (cli/look/runtimelog.py)."""
+    from controller.backends.choose import open_backend
+
+    backend = open_backend(cfg)
+    found: dict[str, LogSource] = {}
+    for rec in boxed:
+        argv = backend.runtime_log(rec)
+        if argv is not None and rec.nonce is not None:
+            found[rec.name] = ContainerLog(RecordStore(cfg.state_dir), rec.name, argv, rec.nonce)
+    return found
 
 
 def _quiet_pipe(show: Callable[[], int]) -> int:
@@ -253,6 +270,36 @@ class LocalLog:
         back = LocalLog(self.store, self.name)
         back._mark = self._mark
         return back
+
+
+class ContainerLog(LocalLog):
+    """A container engine's log once its `run` ended while it runs on: the file up to
+    this run's marker, then the runtime's log of it; ``-f`` follows the runtime's until
+    the container ends, then the file, where a restart writes its next run."""
+
+    def __init__(self, store: RecordStore, name: str, argv: list[str], nonce: str) -> None:
+        super().__init__(store, name)
+        self.argv: list[str] | None = argv  # the runtime's `logs` (None: the file alone)
+        self.nonce, self._shown = nonce, 0  # bytes of the runtime's log shown
+
+    def lines(self, tail: int | None) -> Iterator[bytes]:
+        earlier = runtimelog.before_run(self.path, self.nonce)
+        said = runtimelog.so_far(self.argv) if self.argv and earlier is not None else None
+        if earlier is None or said is None:  # not this run's marker, or the container gone
+            self.argv = None
+            return super().lines(tail)
+        self._mark, self._shown = logfiles.mark(self.path), len(said)  # the file goes on there
+        lines = earlier + said.splitlines(keepends=True)
+        return iter(lines if tail is None else lines[-tail:] if tail else [])
+
+    def follow(self, write: Callable[[bytes], None], keep_going: Callable[[], bool]) -> None:
+        if self.argv is not None:
+
+            def going() -> bool:
+                return keep_going() and self.store.read(self.name) is not None
+
+            runtimelog.follow(self.argv, self._shown, write, going, FOLLOW_PERIOD)
+        super().follow(write, keep_going)
 
 
 class RemoteLog:
