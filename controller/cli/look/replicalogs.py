@@ -121,7 +121,7 @@ def _sources(
     remote = [r for r in records.values() if r is not None and r.on_cluster]
     if not remote:
         boxed = [r for r in records.values() if r is not None and r.container is not None]
-        detached = _detached(cfg, boxed) if boxed else {}
+        detached = _detached(cfg, store, boxed) if boxed else {}
         return [detached.get(n) or LocalLog(store, n) for n in names]
     if args.previous:
         print("reconcile: --previous is not kept for engines on a cluster", file=sys.stderr)
@@ -139,7 +139,7 @@ def _sources(
     return [RemoteLog(backend, r) for r in records.values() if r is not None]
 
 
-def _detached(cfg: Config, boxed: list[Record]) -> dict[str, LogSource]:
+def _detached(cfg: Config, store: RecordStore, boxed: list[Record]) -> dict[str, LogSource]:
     """The container engines of ``boxed`` whose `run` ended while they run on: their log
     file gets nothing more, the runtime's log has it (cli/look/runtimelog.py)."""
     from controller.backends.choose import open_backend
@@ -149,7 +149,7 @@ def _detached(cfg: Config, boxed: list[Record]) -> dict[str, LogSource]:
     for rec in boxed:
         argv = backend.runtime_log(rec)
         if argv is not None and rec.nonce is not None:
-            found[rec.name] = ContainerLog(RecordStore(cfg.state_dir), rec.name, argv, rec.nonce)
+            found[rec.name] = ContainerLog(store, rec.name, argv, rec.nonce)
     return found
 
 
