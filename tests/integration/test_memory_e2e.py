@@ -227,13 +227,21 @@ def test_status_warns_of_an_engine_on_a_device_gone_from_the_inventory(reconcile
         reconcile.down()
 
 
-def _daemon_on(rc: Any, devices: str) -> Any:
-    """A daemon started with ``devices`` as its inventory, once its note says so."""
-    rc.devices = devices
+def _status_beside_a_daemon(rc: Any, daemon_has: str, shell_has: str) -> str:
+    """`status`'s stderr from a shell whose inventory is ``shell_has``, beside a daemon
+    started with ``daemon_has`` (once its note says so), stopped before this returns: a
+    daemon left running past a failure would start engines the teardown just stopped."""
+    rc.devices = daemon_has
     daemon = rc.daemon("--resync", "1h")
-    noted = DaemonDevices(static=devices)
-    rc.wait_for(lambda: daemonset.devices_of(rc.state, daemon.pid) == noted, 30, "its note")
-    return daemon
+    try:
+        noted = DaemonDevices(static=daemon_has)
+        rc.wait_for(lambda: daemonset.devices_of(rc.state, daemon.pid) == noted, 30, "its note")
+        rc.devices = shell_has
+        said: str = rc("status", check=0).err
+        return said
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
 
 
 def test_status_judges_devices_by_the_daemon_s_inventory_not_its_shell_s(reconcile: Any) -> None:
@@ -241,22 +249,16 @@ def test_status_judges_devices_by_the_daemon_s_inventory_not_its_shell_s(reconci
     with another RECONCILE_DEVICES than the daemon's warned of a device the daemon lists,
     and said nothing of one it had dropped. It judges by the running daemon's now."""
     rc = reconcile
+    rc.write("web", devices={"count": 1, "kind": "nvidia"})
+    rc.devices = "nvidia:0,nvidia:1"
     try:
-        rc.write("web", devices={"count": 1, "kind": "nvidia"})
-        rc.devices = "nvidia:0,nvidia:1"
         rc.converge()
         assert rc.record("web")["devices"] == ["nvidia:0"]
-        daemon = _daemon_on(rc, "nvidia:0,nvidia:1")
-        rc.devices = "nvidia:1"  # a shell whose inventory lacks web's device: the daemon's has it
-        assert rc("status", check=0).err == ""
-        daemon.terminate()
-        daemon.wait(timeout=30)
-        daemon = _daemon_on(rc, "nvidia:1")  # nvidia:0 dropped while web runs on it
-        rc.devices = "nvidia:0,nvidia:1"  # a shell that still lists it
-        said = rc("status", check=0).err
+        # A shell whose inventory lacks web's device, the daemon's has it: nothing amiss.
+        assert _status_beside_a_daemon(rc, "nvidia:0,nvidia:1", "nvidia:1") == ""
+        # nvidia:0 dropped from the daemon's while web runs on it; the shell still lists it.
+        said = _status_beside_a_daemon(rc, "nvidia:1", "nvidia:0,nvidia:1")
         assert said.startswith("warning: web holds nvidia:0, which this node's inventory"), said
-        daemon.terminate()
-        daemon.wait(timeout=30)
     finally:
         rc.down()
 

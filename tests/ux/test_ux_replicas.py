@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 from typing import IO, Any
 
 import pytest
@@ -362,12 +363,28 @@ def test_logs_follow_goes_on_with_a_replica_that_ends_and_comes_back(one_of_two:
     got = bytearray()
     assert _read_until(follow.stdout, got, b"web@1 | ", 30), got
     daemon = rc.daemon("--resync", "1h")
+    try:
+        later = _killed_then_scaled_away_and_back(rc, follow.stdout, got, err)
+    finally:  # a daemon left running past a failure starts what the teardown stopped
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    assert b"web@1 | --- " in later  # from where it stopped: the new run's start
+    assert later.count(b"reconcile: start web@1 instance") == 1, later  # nothing twice
+    assert "reconcile: web@1 is back (a new instance): following it" in err.read_text()
+    rc.down()
+    follow.communicate(timeout=30)
+    assert follow.returncode == 0
+
+
+def _killed_then_scaled_away_and_back(rc: Any, out: IO[bytes], got: bytearray, err: Path) -> bytes:
+    """web@1's engine killed (the daemon starts it again), then web@1 scaled away and
+    back, each seen through the follow's ``out``: what it said after the comeback."""
     first = rc.record("web@1")
     assert first is not None
     os.kill(first["ref"]["pid"], signal.SIGKILL)
     killed = wait_for(lambda: _web1_ready_after(rc, first["ref"]["pid"]), 30, "web@1 again")
     urllib.request.urlopen(f"http://127.0.0.1:{killed['port']}/v1/models", timeout=5).read()
-    assert _read_until(follow.stdout, got, b'web@1 | 127.0.0.1 "GET /v1/models', 30), got
+    assert _read_until(out, got, b'web@1 | 127.0.0.1 "GET /v1/models', 30), got
     rc.write("web", replicas=1, devices={"count": 1, "kind": "nvidia"})
     ended = "reconcile: web@1 ended (its record is gone)"
     wait_for(lambda: ended in err.read_text(), 30, "the follow to say web@1 ended")
@@ -375,15 +392,8 @@ def test_logs_follow_goes_on_with_a_replica_that_ends_and_comes_back(one_of_two:
     back = wait_for(lambda: _web1_ready_after(rc, None), 30, "web@1 back")
     urllib.request.urlopen(f"http://127.0.0.1:{back['port']}/v1/models", timeout=5).read()
     later = bytearray()
-    assert _read_until(follow.stdout, later, b'web@1 | 127.0.0.1 "GET /v1/models', 30), (
+    assert _read_until(out, later, b'web@1 | 127.0.0.1 "GET /v1/models', 30), (
         later,
         err.read_text(),
     )
-    assert b"web@1 | --- " in later  # from where it stopped: the new run's start
-    assert later.count(b"reconcile: start web@1 instance") == 1, later  # nothing twice
-    assert "reconcile: web@1 is back (a new instance): following it" in err.read_text()
-    daemon.terminate()
-    daemon.wait(timeout=30)
-    rc.down()
-    follow.communicate(timeout=30)
-    assert follow.returncode == 0
+    return bytes(later)
