@@ -218,3 +218,10 @@ class Backend(Protocol):
     def log_tail(self, name: str, count: int) -> list[str]:
         """The last ``count`` lines the deployment's current run wrote."""
         ...
+
+    def runtime_log(self, rec: Record) -> list[str] | None:
+        """The command line that prints the output of ``rec``'s engine where its log file
+        no longer gets it: a container whose runtime's `run`, which streamed it there,
+        ended while the container runs on (killed by hand, an OOM kill of that client
+        alone); None: the log file has it."""
+        ...

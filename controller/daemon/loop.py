@@ -725,10 +725,14 @@ def run_daemon(
 
 
 def _note_set(config: Config) -> None:
-    """Which set the daemon runs, and with which labels (``side/daemonset.py``):
-    `restart` and `down` act or warn for this set's deployments only, and a `--once`
-    beside it refuses labels it has not loaded (each pass would undo the other's share)."""
-    running = daemonset.DaemonSet(pid=os.getpid(), owner=config.owner, labels=config.labels)
+    """Which set the daemon runs, with which labels and inventory (``side/daemonset.py``):
+    `restart` and `down` act or warn for this set's deployments only, a `--once` beside
+    it refuses labels it has not loaded (each pass would undo the other's share), and
+    `status` judges the devices engines hold by this inventory, not its shell's."""
+    devices = daemonset.DaemonDevices(static=config.devices)
+    running = daemonset.DaemonSet(
+        pid=os.getpid(), owner=config.owner, labels=config.labels, devices=devices
+    )
     daemonset.note(config.state_dir, running)
 
 

@@ -1235,7 +1235,7 @@ def resolve_secrets(
             continue
         if unread is not None and missing:  # values unknown: no digest to cover
             unread[name] = missing
-            loaded.entries[name] = dataclasses.replace(entry, secret_env=env)
+            loaded.entries[name] = dataclasses.replace(entry, secret_env=env, secrets_unread=True)
             continue
         unkeyed = secrets.unkeyed_digest(env)
         digest = unkeyed if (k := key_once()) is None else secrets.digest(env, k)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
+import psutil
 import pytest
 from containers.conftest import STANDIN, Engine, after_pulls, mistaken, write
 from procs import free_ports, wait_for
@@ -159,6 +162,70 @@ def test_a_container_removed_or_killed_by_hand_is_restarted(
     assert health(again["port"]) == "ok\n"  # type: ignore[arg-type]
     rc.wait_for(lambda: engine.ours(rc.state) == [again["container"]["id"]])  # type: ignore[index]
     rc.down()
+
+
+# The stand-in, saying a numbered tick every 0.2 s: output after its `run` was killed.
+TICKER = [
+    *STANDIN[:2],
+    "-c",
+    STANDIN[3].replace(
+        "; /bin/busybox httpd",
+        "; (i=0; while :; do i=$((i+1)); echo tick $i; /bin/busybox sleep 0.2; done) &"
+        " /bin/busybox httpd",
+    ),
+]
+
+
+def _read_until(out: IO[bytes], wanted: bytes, seconds: float) -> bytes:
+    """What ``out`` says until ``wanted`` (or ``seconds`` pass: the assert says what came)."""
+    got, deadline = bytearray(), time.monotonic() + seconds
+    while wanted not in got and (left := deadline - time.monotonic()) > 0:
+        if select.select([out], [], [], left)[0]:
+            chunk = os.read(out.fileno(), 65536)
+            if not chunk:
+                break
+            got += chunk
+    assert wanted in got, bytes(got)
+    return bytes(got)
+
+
+def _ticks(text: str) -> list[int]:
+    return [int(line.split()[1]) for line in text.splitlines() if line.startswith("tick ")]
+
+
+def test_logs_read_the_runtime_once_the_run_client_is_killed(rc: Reconcile, engine: Engine) -> None:
+    """The runtime's `run` streams the engine's output into its log file: killed (by
+    hand, an OOM kill of that client alone) while the container ran on, `reconcile logs`
+    stopped at that moment. It reads the runtime's log of the container from there."""
+    write(rc, engine, "box", command=TICKER)
+    try:
+        rc.converge()
+        rec = running(rc, "box")
+        cid = rec["container"]["id"]  # type: ignore[index]
+        (rc_file,) = (rc.state / "run").glob("*.rc")
+        shell = psutil.Process(int(rc_file.read_text().split()[1]))  # `pid N`: the run's shell
+        rc.wait_for(lambda: "tick 2" in rc("logs", "box").out, 30, "two ticks")
+        (client,) = shell.children()
+        client.kill()  # the `run` alone: the container runs on
+        rc.wait_for(lambda: rc_file.read_text().strip().isdigit(), 30, "the run's exit status")
+        last = max(_ticks(rc.store().log_path("box").read_text()))
+        rc.wait_for(lambda: last + 3 in _ticks(engine.cli("logs", cid)), 30, "ticks past the file")
+        shown = rc("logs", "box", check=0).out
+        ticks = _ticks(shown)
+        assert ticks == list(range(1, len(ticks) + 1)) and len(ticks) >= last + 3, shown
+        assert shown.count(" reconcile: start box instance ") == 1, shown  # the marker, once
+        tail = _ticks(rc("logs", "box", "--tail", "2", check=0).out)
+        assert len(tail) == 2 and tail[1] == tail[0] + 1 and tail[0] >= ticks[-1] - 1, tail
+        follow, _ = rc.follow("box")
+        assert follow.stdout is not None
+        seen = _read_until(follow.stdout, f"tick {ticks[-1] + 3}\n".encode(), 30)
+        more = _ticks(seen[: seen.rindex(b"\n") + 1].decode())  # whole lines only
+        assert more == list(range(more[0], more[-1] + 1)), more  # nothing twice, nothing lost
+        rc.down()  # the container ends: so does the follow of its runtime's log
+        follow.communicate(timeout=30)
+        assert follow.returncode == 0
+    finally:
+        rc.down()
 
 
 def test_once_says_the_restart_pulls_when_its_image_was_removed_meanwhile(

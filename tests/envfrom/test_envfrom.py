@@ -468,3 +468,33 @@ def test_plan_without_the_age_key_plans_sops_file_deployments_as_unchanged(
     shown = plan.out + plan.err + json.dumps(doc) + laptop.out + result.out + result.err
     assert value not in shown, shown
     rc.down()
+
+
+def test_plan_without_the_age_key_shows_an_in_place_change_beside_a_config_file_in_place(
+    reconcile: Any, age_key: AgeKey, tmp_path: Path
+) -> None:
+    """Without the age key, a deployment with a sopsFile AND a vLLM --config file whose
+    only change was in place (readiness) was planned as replaced, its unread values named
+    as changed: the planner held the hash without them against the record's. In place."""
+    rc = reconcile
+    value = _secret("api")
+    age_key.encrypt(f"API_KEY={value}\n", rc.manifests / "secrets" / "api.env")
+    rc.env["SOPS_AGE_KEY_FILE"] = str(age_key.file)
+    rc.env["XDG_CONFIG_HOME"] = str(rc.tmp / "config")  # no keys.txt of the box's user
+    flags = tmp_path / "flags.yaml"
+    flags.write_text("max-model-len: 4096\n")
+    spec = {"args": ["--config", str(flags)], "envFrom": [{"sopsFile": "secrets/api.env"}]}
+    _standin(rc, tmp_path, "v", **spec)
+    try:
+        rc.converge()
+        del rc.env["SOPS_AGE_KEY_FILE"]  # the CI job's environment
+        assert "In sync" in rc("plan", check=0).out
+        _standin(rc, tmp_path, "v", probe={"periodSeconds": 0.5}, **spec)
+        plan = rc("plan", check=2)
+        (line,) = [x for x in plan.out.splitlines() if " v " in x]
+        assert line.split()[:3] == ["~", "v", "in-place"], str(plan)
+        assert line.endswith("spec.readiness.periodSeconds changed"), str(plan)
+        assert "1 to update in place, 0 to replace" in plan.out, str(plan)
+        assert value not in plan.out + plan.err
+    finally:
+        rc.down()

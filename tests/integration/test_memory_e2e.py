@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from controller.store.side import daemonset
+from controller.store.side.daemonset import DaemonDevices
+
 GI = 1 << 30
 
 # A stand-in `vllm serve MODEL --port P ...`: records its argv, serves /health and /v1/models.
@@ -222,6 +225,42 @@ def test_status_warns_of_an_engine_on_a_device_gone_from_the_inventory(reconcile
         assert reconcile("status", check=0).err == ""
     finally:
         reconcile.down()
+
+
+def _status_beside_a_daemon(rc: Any, daemon_has: str, shell_has: str) -> str:
+    """`status`'s stderr from a shell whose inventory is ``shell_has``, beside a daemon
+    started with ``daemon_has`` (once its note says so), stopped before this returns: a
+    daemon left running past a failure would start engines the teardown just stopped."""
+    rc.devices = daemon_has
+    daemon = rc.daemon("--resync", "1h")
+    try:
+        noted = DaemonDevices(static=daemon_has)
+        rc.wait_for(lambda: daemonset.devices_of(rc.state, daemon.pid) == noted, 30, "its note")
+        rc.devices = shell_has
+        said: str = rc("status", check=0).err
+        return said
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+
+
+def test_status_judges_devices_by_the_daemon_s_inventory_not_its_shell_s(reconcile: Any) -> None:
+    """`status` compared the devices engines hold with its own shell's inventory: one run
+    with another RECONCILE_DEVICES than the daemon's warned of a device the daemon lists,
+    and said nothing of one it had dropped. It judges by the running daemon's now."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1, "kind": "nvidia"})
+    rc.devices = "nvidia:0,nvidia:1"
+    try:
+        rc.converge()
+        assert rc.record("web")["devices"] == ["nvidia:0"]
+        # A shell whose inventory lacks web's device, the daemon's has it: nothing amiss.
+        assert _status_beside_a_daemon(rc, "nvidia:0,nvidia:1", "nvidia:1") == ""
+        # nvidia:0 dropped from the daemon's while web runs on it; the shell still lists it.
+        said = _status_beside_a_daemon(rc, "nvidia:1", "nvidia:0,nvidia:1")
+        assert said.startswith("warning: web holds nvidia:0, which this node's inventory"), said
+    finally:
+        rc.down()
 
 
 def test_a_whole_lease_allocates_all_of_a_cards_memory(reconcile: Any) -> None:

@@ -8,10 +8,13 @@ reach: a replica with no room, a deployment scaled to 0, a rolling ``@next``.
 
 from __future__ import annotations
 
+import os
 import select
+import signal
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 from typing import IO, Any
 
 import pytest
@@ -334,3 +337,63 @@ def test_once_quiet_from_cron_says_nothing_of_what_is_fine(reconcile: Any) -> No
     assert "wide@2: Pending: no capacity" in failing.err, failing
     assert "Idle" not in failing.err, failing
     rc.down()
+
+
+def _web1_ready_after(rc: Any, pid: int | None) -> dict[str, Any] | None:
+    """web@1's record once Ready with an engine other than ``pid``."""
+    rec = rc.record("web@1")
+    ref = (rec or {}).get("ref") or {}
+    return rec if rec and rec["phase"] == "Ready" and ref.get("pid") != pid else None
+
+
+def test_logs_follow_goes_on_with_a_replica_that_ends_and_comes_back(one_of_two: Any) -> None:
+    """Under a daemon, a replica killed mid-follow and started again (its record kept) is
+    followed on; one scaled away and back (its record gone, then a new one) was not
+    followed again, said ended and never back (stern follows a pod's new container). It
+    is followed again from where it stopped, and said to be back."""
+    rc = one_of_two
+    rc.write("web", replicas=2, devices={"count": 1, "kind": "nvidia"})
+    rc.converge()
+    err = rc.tmp / "follow.err"
+    with open(err, "wb") as errors:
+        follow = rc.spawn(
+            rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE, stderr=errors, bufsize=0
+        )
+    assert follow.stdout is not None
+    got = bytearray()
+    assert _read_until(follow.stdout, got, b"web@1 | ", 30), got
+    daemon = rc.daemon("--resync", "1h")
+    try:
+        later = _killed_then_scaled_away_and_back(rc, follow.stdout, got, err)
+    finally:  # a daemon left running past a failure starts what the teardown stopped
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    assert b"web@1 | --- " in later  # from where it stopped: the new run's start
+    assert later.count(b"reconcile: start web@1 instance") == 1, later  # nothing twice
+    assert "reconcile: web@1 is back (a new instance): following it" in err.read_text()
+    rc.down()
+    follow.communicate(timeout=30)
+    assert follow.returncode == 0
+
+
+def _killed_then_scaled_away_and_back(rc: Any, out: IO[bytes], got: bytearray, err: Path) -> bytes:
+    """web@1's engine killed (the daemon starts it again), then web@1 scaled away and
+    back, each seen through the follow's ``out``: what it said after the comeback."""
+    first = rc.record("web@1")
+    assert first is not None
+    os.kill(first["ref"]["pid"], signal.SIGKILL)
+    killed = wait_for(lambda: _web1_ready_after(rc, first["ref"]["pid"]), 30, "web@1 again")
+    urllib.request.urlopen(f"http://127.0.0.1:{killed['port']}/v1/models", timeout=5).read()
+    assert _read_until(out, got, b'web@1 | 127.0.0.1 "GET /v1/models', 30), got
+    rc.write("web", replicas=1, devices={"count": 1, "kind": "nvidia"})
+    ended = "reconcile: web@1 ended (its record is gone)"
+    wait_for(lambda: ended in err.read_text(), 30, "the follow to say web@1 ended")
+    rc.write("web", replicas=2, devices={"count": 1, "kind": "nvidia"})
+    back = wait_for(lambda: _web1_ready_after(rc, None), 30, "web@1 back")
+    urllib.request.urlopen(f"http://127.0.0.1:{back['port']}/v1/models", timeout=5).read()
+    later = bytearray()
+    assert _read_until(out, later, b'web@1 | 127.0.0.1 "GET /v1/models', 30), (
+        later,
+        err.read_text(),
+    )
+    return bytes(later)

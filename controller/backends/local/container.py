@@ -109,6 +109,12 @@ def exit_status(path: Path) -> int | None:
         return None
 
 
+def run_ended(path: Path) -> bool:
+    """The `run` whose exit file is ``path`` has ended (its status written, or its shell
+    gone without one); False where no file says (an older version's `run`)."""
+    return path.exists() and (exit_status(path) is not None or not status_coming(path))
+
+
 def status_coming(path: Path) -> bool:
     """The exit file at ``path`` may still get its status: it is there and the shell that
     writes it runs (a file naming none, an older version's, is taken to: as before)."""

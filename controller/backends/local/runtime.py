@@ -495,6 +495,15 @@ class LocalBackend:
     def log_tail(self, name: str, count: int) -> list[str]:
         return logfiles.current_run_tail(self.store.log_path(name), count)
 
+    def runtime_log(self, rec: Record) -> list[str] | None:
+        if rec.container is None or rec.nonce is None or not self.alive(rec.ref):
+            return None
+        from controller.backends.local.container import exit_file, run_ended
+
+        if not run_ended(exit_file(self.state_dir, instance_of(rec.name), rec.nonce)):
+            return None
+        return [rec.container.runtime, "logs", rec.container.id]
+
     def _instance_alive(self, ref: ProcessRef, nonce: str | None) -> bool:
         if self.alive(ref):
             return True

@@ -31,3 +31,6 @@ class OnTheirNodes:
 
     def prove_ours(self, rec: Record) -> None:
         return None  # an actor's engine is its own unreaped child: ours by construction
+
+    def runtime_log(self, rec: Record) -> list[str] | None:
+        return None  # an actor reads its engine's log on its node (log_since)

@@ -35,6 +35,7 @@ from controller.cli.common import (
     no_such,
     reader_gone,
 )
+from controller.cli.look import runtimelog
 from controller.core.manifest.names import (
     base_name,
     instance_of,
@@ -98,13 +99,13 @@ def _all_local(sources: Sequence[LogSource]) -> bool:
     return all(isinstance(s, LocalLog) for s in sources)
 
 
-def _added(store: RecordStore, wanted: list[str]) -> Callable[[], list[LogSource]]:
+def _added(store: RecordStore, wanted: list[str]) -> Callable[[], list[LocalLog]]:
     """The replicas of the deployments asked for by their name that have a record and a
     log now: a follow started before a scale-up picks the new ones up (stern does; the
     list was fixed at the start, so `logs -f web` never showed web@3)."""
     bases = [n for n in wanted if n == base_name(n)]
 
-    def now() -> list[LogSource]:
+    def now() -> list[LocalLog]:
         names = [i for d in bases for i in instances(store, d, None)]
         return [s for s in (LocalLog(store, n) for n in names) if s.live]
 
@@ -119,7 +120,9 @@ def _sources(
     records = {n: store.read(n) for n in names}
     remote = [r for r in records.values() if r is not None and r.on_cluster]
     if not remote:
-        return [LocalLog(store, n) for n in names]
+        boxed = [r for r in records.values() if r is not None and r.container is not None]
+        detached = _detached(cfg, store, boxed) if boxed else {}
+        return [detached.get(n) or LocalLog(store, n) for n in names]
     if args.previous:
         print("reconcile: --previous is not kept for engines on a cluster", file=sys.stderr)
         return EXIT_USAGE
@@ -134,6 +137,20 @@ def _sources(
 
     backend = open_backend(cfg)
     return [RemoteLog(backend, r) for r in records.values() if r is not None]
+
+
+def _detached(cfg: Config, store: RecordStore, boxed: list[Record]) -> dict[str, LogSource]:
+    """The container engines of ``boxed`` whose `run` ended while they run on: their log
+    file gets nothing more, the runtime's log has it (cli/look/runtimelog.py)."""
+    from controller.backends.choose import open_backend
+
+    backend = open_backend(cfg)
+    found: dict[str, LogSource] = {}
+    for rec in boxed:
+        argv = backend.runtime_log(rec)
+        if argv is not None and rec.nonce is not None:
+            found[rec.name] = ContainerLog(store, rec.name, argv, rec.nonce)
+    return found
 
 
 def _quiet_pipe(show: Callable[[], int]) -> int:
@@ -243,7 +260,46 @@ class LocalLog:
             return keep_going() and self.store.read(self.name) is not None
 
         with contextlib.suppress(FileNotFoundError):  # never written: nothing to follow
-            logfiles.follow(self.path, write, going, poll=FOLLOW_PERIOD, start=self._mark)
+            self._mark = logfiles.follow(
+                self.path, write, going, poll=FOLLOW_PERIOD, start=self._mark
+            )
+
+    def again(self) -> LocalLog:
+        """This instance's log once more, from where its follow stopped: it ended (its
+        record went: scaled away, `down web@1`) and a record of its name is back."""
+        back = LocalLog(self.store, self.name)
+        back._mark = self._mark
+        return back
+
+
+class ContainerLog(LocalLog):
+    """A container engine's log once its `run` ended while it runs on: the file up to
+    this run's marker, then the runtime's log of it; ``-f`` follows the runtime's until
+    the container ends, then the file, where a restart writes its next run."""
+
+    def __init__(self, store: RecordStore, name: str, argv: list[str], nonce: str) -> None:
+        super().__init__(store, name)
+        self.argv: list[str] | None = argv  # the runtime's `logs` (None: the file alone)
+        self.nonce, self._shown = nonce, 0  # bytes of the runtime's log shown
+
+    def lines(self, tail: int | None) -> Iterator[bytes]:
+        earlier = runtimelog.before_run(self.path, self.nonce)
+        said = runtimelog.so_far(self.argv) if self.argv and earlier is not None else None
+        if earlier is None or said is None:  # not this run's marker, or the container gone
+            self.argv = None
+            return super().lines(tail)
+        self._mark, self._shown = logfiles.mark(self.path), len(said)  # the file goes on there
+        lines = earlier + said.splitlines(keepends=True)
+        return iter(lines if tail is None else lines[-tail:] if tail else [])
+
+    def follow(self, write: Callable[[bytes], None], keep_going: Callable[[], bool]) -> None:
+        if self.argv is not None:
+
+            def going() -> bool:
+                return keep_going() and self.store.read(self.name) is not None
+
+            runtimelog.follow(self.argv, self._shown, write, going, FOLLOW_PERIOD)
+        super().follow(write, keep_going)
 
 
 class RemoteLog:
@@ -285,7 +341,7 @@ def show(
     args: argparse.Namespace,
     sources: Sequence[LogSource],
     label: str,
-    added: Callable[[], list[LogSource]] | None = None,
+    added: Callable[[], list[LocalLog]] | None = None,
 ) -> int:
     """The sources' logs (several: each line behind its name); ``-f`` then follows each
     of them, and those ``added()`` finds later. ``label`` names several in messages."""
@@ -384,14 +440,17 @@ def _follow(
     sources: Sequence[LogSource],
     prefixes: dict[str, bytes],
     out: BinaryIO,
-    added: Callable[[], list[LogSource]] | None,
+    added: Callable[[], list[LocalLog]] | None,
 ) -> None:
     """One thread a source; each ends when its instance is gone (its record, its actor),
     said when others go on. A replica ``added()`` finds later is shown from its start and
-    followed too, behind its name; the follow ends when every one has ended."""
+    followed too, behind its name; one that ended and is back (a record of its name again)
+    is followed again from where it stopped, said as stern says a new container; the
+    follow ends when every one has ended."""
     lock = threading.Lock()
     broken = threading.Event()  # stdout closed (`| head`): every follower stops
     threads: dict[str, threading.Thread] = {}
+    followed: dict[str, LogSource] = {}
     width = max(len(name) for name in prefixes)
 
     def keep_going() -> bool:
@@ -406,7 +465,17 @@ def _follow(
         writer = _LineWriter(prefix, out, lock, broken)
         follower = _Follower(source, writer, keep_going, others, fresh)
         threads[source.name] = thread = threading.Thread(target=follower.run, daemon=True)
+        followed[source.name] = source
         thread.start()
+
+    def back(name: str) -> LocalLog | None:
+        """The ended follow of an instance whose record is back, to follow again."""
+        ended = followed[name]
+        if threads[name].is_alive() or not isinstance(ended, LocalLog):
+            return None
+        with lock:
+            print(f"reconcile: {name} is back (a new instance): following it", file=sys.stderr)
+        return ended.again()
 
     for source in sources:
         start(source, prefixes[source.name], fresh=False)
@@ -414,8 +483,11 @@ def _follow(
         for thread in list(threads.values()):
             thread.join(FOLLOW_PERIOD)
         for source in added() if added is not None and not broken.is_set() else []:
+            prefix = f"{source.name:<{width}} | ".encode()
             if source.name not in threads and source.missing() is None:
-                start(source, f"{source.name:<{width}} | ".encode(), fresh=True)
+                start(source, prefix, fresh=True)
+            elif source.name in threads and (again := back(source.name)) is not None:
+                start(again, prefix, fresh=False)
     if broken.is_set():
         raise BrokenPipeError
 

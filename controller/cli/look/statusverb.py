@@ -50,7 +50,7 @@ from controller.host import bootclock
 from controller.store.config.node import Config, read_drain
 from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.models import pullstatus
-from controller.store.side import observed
+from controller.store.side import daemonset, observed
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
@@ -158,17 +158,19 @@ def cmd_status(args: argparse.Namespace) -> int:
 def outside_inventory(cfg: Config, records: list[Record]) -> list[str]:
     """``warning:`` lines of the engines here holding a device a static inventory
     (``--devices``, RECONCILE_DEVICES) no longer lists: changed, the daemon restarted, the
-    engine ran on; only `devices` said so. Discovery (NVML, nvidia-smi) is left to
-    `devices` and the passes: status stays quick, and a shell that lacks the daemon's
-    RECONCILE_DEVICES has no inventory to judge by, so it says nothing."""
+    engine ran on; only `devices` said so. The running daemon's inventory (its note) is
+    the one judged by, else this shell's: a shell with another RECONCILE_DEVICES warned
+    wrongly, or not at all. Discovery (NVML, nvidia-smi) is left to `devices` and the
+    passes: status stays quick, and without a static inventory it says nothing."""
     holding = [r for r in records if r.holds and r.devices and not r.elsewhere(cfg.node)]
-    if not holding or cfg.devices is None or on_cluster(cfg.backend):
+    inventory = _daemon_inventory(cfg) if holding else None
+    if inventory is None or on_cluster(cfg.backend):
         return []  # a cluster's GPUs are `devices`'s to ask
     from controller.core.devices.inventory import parse_static
     from controller.core.statusjson import outside_items
 
     try:
-        known = parse_static(cfg.devices).keys()
+        known = parse_static(inventory).keys()
     except ConfigError:  # the pass and `devices` say what is wrong with it
         return []
     return [
@@ -179,6 +181,14 @@ def outside_inventory(cfg: Config, records: list[Record]) -> list[str]:
         for o in outside_items(known, holding, cfg.node)
         for name in o["held_by"]
     ]
+
+
+def _daemon_inventory(cfg: Config) -> str | None:
+    """The static inventory the daemon on this state dir runs with (None: it discovers),
+    or this shell's where no daemon runs or its note predates the inventory."""
+    pid = daemonset.daemon_pid(cfg.state_dir)
+    ran = daemonset.devices_of(cfg.state_dir, pid) if pid else None
+    return ran.static if ran is not None else cfg.devices
 
 
 def skipped(cfg: Config) -> list[str]:

@@ -910,6 +910,10 @@ class Entry:
     key_file_digest: str = field(default="", repr=False)
     # What a release before the secrets key recorded for the same values (see rekeyed).
     unkeyed_digest: str = field(default="", repr=False, compare=False)
+    # `plan`'s without the node's age key: a sopsFile's values unread, so ``hash`` covers
+    # no secrets and cannot be held against the record's beyond its spec (planned as if
+    # the values, --config file and key file were unchanged: reconciler/run._as_recorded).
+    secrets_unread: bool = False
     # The line of each field path in the document, as the loader read it: a check made
     # after loading (placement, export) points at the field, as a load error does.
     field_lines: Mapping[tuple[str | int, ...], int] = field(

@@ -287,7 +287,11 @@ def _came_up(view: RecordView) -> tuple[MarkReady, ...]:
 def _unseen_changed(rec: Record, entry: Entry) -> bool:
     """envFrom's values, vLLM's --config file or llama.cpp's key file differ from the
     record's: its hash is not the stored spec's with these digests (an in-place field
-    changed beside them must not hide them)."""
+    changed beside them must not hide them). Unknown where the values were not read
+    (`plan` without the age key): as if unchanged, or an in-place change read as a
+    replacement, the hash lacking the values the record's covers."""
+    if entry.secrets_unread:
+        return False
     if not entry.secret_digest and not entry.config_digest and not entry.key_file_digest:
         return False
     return _covered(document_hash(rec.stored_spec), entry, entry.secret_digest) != rec.spec_hash

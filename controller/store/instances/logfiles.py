@@ -21,7 +21,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -272,23 +272,33 @@ def follow(
     keep_going: Callable[[], bool],
     poll: float = 0.2,
     start: tuple[int, int] | None = None,
-) -> None:
+) -> tuple[int, int]:
     """Write what is appended to ``path`` from its current end (``start``: from a ``mark``
-    of it), like ``tail -F``.
+    of it), like ``tail -F``; returns where it stopped, a ``start`` for a later follow.
 
     A copy-truncate (the file shrank) or a new file restarts from offset 0. Ends
     once ``keep_going()`` says so and nothing more is left to read.
     """
-    for chunk in _follow_chunks(path, keep_going, poll, start):
-        write(chunk)
+    chunks = _follow_chunks(path, keep_going, poll, start)
+    while True:
+        try:
+            write(next(chunks))
+        except StopIteration as stop:
+            end: tuple[int, int] = stop.value
+            return end
 
 
 def _follow_chunks(
     path: Path, keep_going: Callable[[], bool], poll: float, start: tuple[int, int] | None
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, tuple[int, int]]:
     f = open(path, "rb")  # noqa: SIM115 - reopened on rotation below
     try:
-        f.seek(_end(f, start))
+        if start is not None and os.fstat(f.fileno()).st_ino != start[0]:
+            # Replaced since the mark (rotated, handed over): the backups newer than the
+            # marked file, then this one from its start, as a rotation seen below.
+            yield from _rotated_since(path, start[0])
+        else:
+            f.seek(_end(f, start))
         while True:
             chunk = f.read(BLOCK)
             if chunk:
@@ -315,7 +325,7 @@ def _follow_chunks(
                 last = f.read()
                 if last:
                     yield last
-                return
+                return os.fstat(f.fileno()).st_ino, f.tell()
             time.sleep(poll)
     finally:
         f.close()

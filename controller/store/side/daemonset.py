@@ -5,6 +5,8 @@ daemon starts again what it stopped; both hold only for deployments of the daemo
 set: a cron set's beside it is never touched by the daemon's passes. The daemon writes
 its pid and owner here once it holds ``daemon.lock``; a reader trusts the note only
 while its pid is the lock's holder (a note left by a daemon that died says nothing).
+Its inventory too: `status` judges an engine's devices by the daemon's, not by the
+shell's RECONCILE_DEVICES, which may differ.
 """
 
 from __future__ import annotations
@@ -20,12 +22,21 @@ from controller.store.statedir import StateDir
 
 
 @dataclass(frozen=True, slots=True)
+class DaemonDevices:
+    """The inventory the daemon runs with: ``static`` as its --devices / RECONCILE_DEVICES
+    gave it ("" lists no device), None where it discovers the node's (NVML, nvidia-smi)."""
+
+    static: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class DaemonSet:
     pid: int
     owner: str
     # node.yaml's labels as the daemon runs with them (loaded at its start or last reload;
     # None: unknown, a note from before this field or a node file it could not read)
     labels: dict[str, str] | None = None
+    devices: DaemonDevices | None = None  # None: unknown, a note from before this field
 
 
 def _document(state_dir: Path) -> Document[DaemonSet]:
@@ -34,7 +45,10 @@ def _document(state_dir: Path) -> Document[DaemonSet]:
 
 
 def _encode(d: DaemonSet) -> dict[str, Any]:
-    return {"pid": d.pid, "owner": d.owner, "labels": d.labels}
+    doc: dict[str, Any] = {"pid": d.pid, "owner": d.owner, "labels": d.labels}
+    if d.devices is not None:
+        doc["devices"] = {"static": d.devices.static}
+    return doc
 
 
 def note(state_dir: Path, running: DaemonSet) -> None:
@@ -55,6 +69,12 @@ def labels_of(state_dir: Path, pid: int) -> dict[str, str] | None:
     return found.labels if found is not None and found.pid == pid else None
 
 
+def devices_of(state_dir: Path, pid: int) -> DaemonDevices | None:
+    """The inventory the daemon of ``pid`` (the lock's holder) runs with; None: unknown."""
+    found = _document(state_dir).peek()
+    return found.devices if found is not None and found.pid == pid else None
+
+
 def _decode(data: Any) -> DaemonSet:
     pid, owner, labels = data["pid"], data["owner"], data.get("labels")
     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(owner, str):
@@ -63,7 +83,15 @@ def _decode(data: Any) -> DaemonSet:
         isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
     ):
         raise TypeError("labels must map strings to strings")
-    return DaemonSet(pid=pid, owner=owner, labels=labels)
+    return DaemonSet(pid=pid, owner=owner, labels=labels, devices=_devices(data.get("devices")))
+
+
+def _devices(data: Any) -> DaemonDevices | None:
+    if data is None:  # a note from before this field
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("static", 0), str | None):
+        raise TypeError("devices must be {static: a string or null}")
+    return DaemonDevices(static=data["static"])
 
 
 def daemon_pid(state_dir: Path) -> int | None:
