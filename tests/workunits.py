@@ -15,7 +15,7 @@ from pathlib import Path
 # the others idled. The Ray tests and the namespace cluster are one unit, one after the
 # other on one worker: the Ray cluster is built once, each checks at teardown that no Ray
 # engine outlived its cluster, and the namespace cluster holds fixed namespace names and
-# ports.
+# ports. That unit, the run's longest chain, is sent first (tests/conftest.py's scheduler).
 ONE_WORKER = {"ray": "ray", "cluster": "ray"}
 
 
