@@ -12,11 +12,14 @@ from pathlib import Path
 # each: 925 s on three, the CPU ~26% idle by vmstat; 777 s on four, ~13% idle). A test is a
 # unit of its own, so the workers stay busy to the end: a file as one unit measured
 # 1068 s against 937 s, its long files (~2 min each) ending the run on one worker while
-# the others idled. The Ray tests and the namespace cluster are one unit, one after the
-# other on one worker: the Ray cluster is built once, each checks at teardown that no Ray
-# engine outlived its cluster, and the namespace cluster holds fixed namespace names and
-# ports.
-ONE_WORKER = {"ray": "ray", "cluster": "ray"}
+# the others idled. The Ray tests are one unit, on one worker: their Ray cluster is built
+# once (tests/ray/conftest.py), and each checks at teardown that no engine of its
+# clusters outlived them. The namespace cluster's tests (tests/cluster) are another: its
+# Ray nodes are started once a module, on addresses of their own. It was in the Ray unit,
+# ~40-80 s of the run's longest chain; the two clusters never see each other's engines
+# (rayhelp.ray_engines knows its own raylets; a host's processes are its namespace's).
+# The units with more than one test, these two, are sent first (tests/conftest.py).
+ONE_WORKER = {"ray": "ray", "cluster": "cluster"}
 
 
 def work_unit(nodeid: str) -> str:

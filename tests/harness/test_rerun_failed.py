@@ -123,16 +123,20 @@ def test_a_skip_for_a_missing_tool_fails_only_in_ci(tmp_path: Path) -> None:
     assert "CI=true: a needed tool is missing" in ci.stdout
 
 
-def test_the_ray_tests_and_the_cluster_share_one_worker() -> None:
-    """scripts/test's ``--dist loadgroup`` (on two workers here): tests/ray and tests/cluster
-    are one unit of work (one Ray cluster, built once), every other test one of its own
+def test_the_ray_tests_share_one_worker_sent_first_and_the_cluster_another() -> None:
+    """scripts/test's ``--dist loadgroup`` (on two workers here): tests/ray is one unit of
+    work (one Ray cluster, built once), tests/cluster another (its namespace cluster, off
+    the Ray unit's chain), every other test one of its own
     (tests/conftest.py's scheduler; pytest-xdist's own groups are lost under pytest 9,
-    pytest-xdist#1386)."""
+    pytest-xdist#1386). The Ray unit, the run's longest chain, is sent first wherever it
+    is collected: collected after the map's three tests here, as after tests/cli in a run."""
     from workunits import work_unit
 
-    assert work_unit("tests/cluster/test_partition.py::t") == work_unit("tests/ray/x.py::t")
+    cluster = work_unit("tests/cluster/test_partition.py::t")
+    assert work_unit("tests/ray/a.py::t") == work_unit("tests/ray/b.py::t") != cluster
+    assert cluster == work_unit("tests/cluster/test_fleet_hosts.py::t")
     assert work_unit("tests/gateway/test_a.py::t1") != work_unit("tests/gateway/test_a.py::t2")
-    files = ["tests/ray/test_ray_config.py", "tests/test_module_map.py"]
+    files = ["tests/test_module_map.py", "tests/ray/test_ray_config.py"]
     # Four of the Ray file's tests, each a refusal (~0.3 s): more than two, so its unit fills
     # its worker's first batch and the other worker takes the map's tests (xdist's loadscope
     # hands each worker a unit, then more to one with two or fewer pending). The two left
@@ -150,12 +154,17 @@ def test_the_ray_tests_and_the_cluster_share_one_worker() -> None:
     got = _run([*argv, "--dist", "loadgroup", "-v", *files], REPO)
     assert got.returncode == 0, got.stdout[-3000:]
     workers: dict[str, set[str]] = {}
+    first: dict[str, str] = {}  # each worker's first test, in the order it ran them
     for line in got.stdout.splitlines():
         if line.startswith("[gw") and " PASSED " in line:
             worker, nodeid = line.split()[0], line.split(" PASSED ")[1].strip()
             workers.setdefault(nodeid.split("::")[0], set()).add(worker)
+            first.setdefault(worker, nodeid.split("::")[0])
     assert set(workers) == set(files), got.stdout[-3000:]
     assert len(workers["tests/ray/test_ray_config.py"]) == 1, workers
+    (ray_worker,) = workers["tests/ray/test_ray_config.py"]
+    # sent first: in collection order each worker had a map test first, then the Ray unit
+    assert first[ray_worker] == "tests/ray/test_ray_config.py", got.stdout[-3000:]
     ray = [ln for ln in got.stdout.splitlines() if " PASSED tests/ray/" in ln]
     assert len(ray) == 4, got.stdout[-3000:]  # the four selected, all on that one worker
     # the other worker is free for the rest meanwhile
