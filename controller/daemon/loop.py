@@ -29,7 +29,7 @@ from controller.core.actions import Conflict, Hold, HoldChange
 from controller.core.elapsed import BootClock
 from controller.core.manifest.specs import base_name
 from controller.core.plan import backoff
-from controller.core.state import Activation, Phase, ProcessRef, Record
+from controller.core.state import VERSION, Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch
 from controller.daemon.gitfetch import Fetcher
@@ -695,7 +695,9 @@ def _note_set(config: Config) -> None:
     """Which set the daemon runs, and with which labels (``side/daemonset.py``):
     `restart` and `down` act or warn for this set's deployments only, and a `--once`
     beside it refuses labels it has not loaded (each pass would undo the other's share)."""
-    running = daemonset.DaemonSet(pid=os.getpid(), owner=config.owner, labels=config.labels)
+    running = daemonset.DaemonSet(
+        pid=os.getpid(), owner=config.owner, labels=config.labels, records=VERSION
+    )
     daemonset.note(config.state_dir, running)
 
 

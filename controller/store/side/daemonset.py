@@ -5,6 +5,8 @@ daemon starts again what it stopped; both hold only for deployments of the daemo
 set: a cron set's beside it is never touched by the daemon's passes. The daemon writes
 its pid and owner here once it holds ``daemon.lock``; a reader trusts the note only
 while its pid is the lock's holder (a note left by a daemon that died says nothing).
+The note also says the newest record version the daemon reads: a `--once` of an upgraded
+package must not rewrite records into a version the daemon still running cannot read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from typing import Any
 from controller.store.documents import Document
 from controller.store.statedir import StateDir
 
+# What a note without ``records`` says: the note came after record version 3 did.
+_NOTED_SINCE = 3
+
 
 @dataclass(frozen=True, slots=True)
 class DaemonSet:
@@ -26,6 +31,8 @@ class DaemonSet:
     # node.yaml's labels as the daemon runs with them (loaded at its start or last reload;
     # None: unknown, a note from before this field or a node file it could not read)
     labels: dict[str, str] | None = None
+    # the newest record version the daemon reads
+    records: int = _NOTED_SINCE
 
 
 def _document(state_dir: Path) -> Document[DaemonSet]:
@@ -34,7 +41,7 @@ def _document(state_dir: Path) -> Document[DaemonSet]:
 
 
 def _encode(d: DaemonSet) -> dict[str, Any]:
-    return {"pid": d.pid, "owner": d.owner, "labels": d.labels}
+    return {"pid": d.pid, "owner": d.owner, "labels": d.labels, "records": d.records}
 
 
 def note(state_dir: Path, running: DaemonSet) -> None:
@@ -55,15 +62,25 @@ def labels_of(state_dir: Path, pid: int) -> dict[str, str] | None:
     return found.labels if found is not None and found.pid == pid else None
 
 
+def records_read_by(state_dir: Path, pid: int) -> int | None:
+    """The newest record version the daemon of ``pid`` (the lock's holder) reads; None when
+    its note is missing or another pid's (a daemon from before this note: unknown)."""
+    found = _document(state_dir).peek()
+    return found.records if found is not None and found.pid == pid else None
+
+
 def _decode(data: Any) -> DaemonSet:
     pid, owner, labels = data["pid"], data["owner"], data.get("labels")
+    records = data.get("records", _NOTED_SINCE)
     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(owner, str):
         raise TypeError("pid must be an integer and owner a string")
+    if not isinstance(records, int) or isinstance(records, bool):
+        raise TypeError("records must be an integer")
     if labels is not None and not (
         isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
     ):
         raise TypeError("labels must map strings to strings")
-    return DaemonSet(pid=pid, owner=owner, labels=labels)
+    return DaemonSet(pid=pid, owner=owner, labels=labels, records=records)
 
 
 def daemon_pid(state_dir: Path) -> int | None:
