@@ -113,3 +113,21 @@ def test_a_once_beside_a_daemon_of_this_version_runs(reconcile: Any) -> None:
     daemon.send_signal(signal.SIGTERM)
     assert daemon.wait(timeout=30) == 0
     reconcile.down()
+
+
+def test_a_restart_asked_of_a_daemon_that_does_not_catch_sigusr1_leaves_it_running(
+    reconcile: Any,
+) -> None:
+    """The new CLI's `restart` (as `drain` and `rollback`) asks the daemon for a pass with
+    SIGUSR1 where no gateway serves; a daemon of a reconcile from before it caught that
+    signal died of it (the engines ran on unmanaged, the restart waited for nothing). A
+    daemon that does not catch it is left to its resync: it lives on."""
+    reconcile.write("chat")
+    reconcile.converge()
+    older = _daemon(reconcile)  # a bare process: SIGUSR1 ends it, as it ended such a daemon
+    out = reconcile("restart", "chat", "--no-wait", check=0)
+    assert "restarts it at its next resync" in out.err, out
+    assert older.stdin is not None
+    older.stdin.close()
+    assert older.wait(timeout=30) == 0, f"the daemon ended by signal {-older.returncode}"
+    reconcile.down()

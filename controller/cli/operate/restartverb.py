@@ -25,7 +25,7 @@ from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, no_such, re
 from controller.core.manifest.names import base_name, is_next
 from controller.core.plan import RESTARTED
 from controller.core.state import STUCK, Phase, Record, backoff_cause
-from controller.host import bootclock
+from controller.host import bootclock, procs
 from controller.redact import printable
 from controller.store.config.node import Config
 from controller.store.instances.records import RecordStore
@@ -138,6 +138,10 @@ def wake(state_dir: Path, daemon: int) -> bool:
                 return True
         except OSError:
             pass
+    # One that does not catch SIGUSR1 (an older reconcile's, still running after an
+    # upgrade of the package) would die of it: its resync reads the request instead.
+    if procs.catches(daemon, signal.SIGUSR1) is False:
+        return False
     try:
         os.kill(daemon, signal.SIGUSR1)
     except OSError:
