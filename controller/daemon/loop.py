@@ -29,7 +29,7 @@ from controller.core.actions import Conflict, Hold, HoldChange
 from controller.core.elapsed import BootClock
 from controller.core.manifest.specs import base_name
 from controller.core.plan import backoff
-from controller.core.state import Activation, Phase, ProcessRef, Record
+from controller.core.state import VERSION, Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch
 from controller.daemon.gitfetch import Fetcher
@@ -725,13 +725,18 @@ def run_daemon(
 
 
 def _note_set(config: Config) -> None:
-    """Which set the daemon runs, with which labels and inventory (``side/daemonset.py``):
-    `restart` and `down` act or warn for this set's deployments only, a `--once` beside
-    it refuses labels it has not loaded (each pass would undo the other's share), and
-    `status` judges the devices engines hold by this inventory, not its shell's."""
+    """Which set the daemon runs, with which labels, inventory and record version
+    (``side/daemonset.py``): `restart` and `down` act or warn for this set's deployments
+    only, a `--once` beside it refuses labels it has not loaded (each pass would undo the
+    other's share) or writes records it cannot read, and `status` judges the devices
+    engines hold by this inventory, not its shell's."""
     devices = daemonset.DaemonDevices(static=config.devices)
     running = daemonset.DaemonSet(
-        pid=os.getpid(), owner=config.owner, labels=config.labels, devices=devices
+        pid=os.getpid(),
+        owner=config.owner,
+        labels=config.labels,
+        devices=devices,
+        records=VERSION,
     )
     daemonset.note(config.state_dir, running)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from controller.core.manifest.names import base_name
 from controller.core.state import Drain, Record
 from controller.errors import ConfigError
 from controller.store.config.node import read_drain
@@ -89,6 +90,15 @@ class RecordsWatch:
         self.drain = _read_drain(self.state_dir)
         self.seen = stamp
         return [r for r in fresh.values() if r.owner == self.owner and not r.elsewhere(self.node)]
+
+    def newer(self) -> frozenset[str]:
+        """The deployments of the last ``read``'s records of an unknown version (a newer
+        reconcile's: a downgrade) that have no last good reading to route by."""
+        return frozenset(
+            base_name(p.name)
+            for p in self.problems
+            if p.kept and p.name and p.name not in self._good
+        )
 
     def record(self, name: str) -> Record | None:
         return self._good.get(name)

@@ -3,6 +3,8 @@ so a reused pid is never taken for the process a record names (invariant 6)."""
 
 from __future__ import annotations
 
+import signal
+
 from controller.core.state import ProcessRef
 from controller.host import procstat
 
@@ -42,3 +44,18 @@ def age(ref: ProcessRef | None) -> float | None:
         return None
     up = procstat.uptime()
     return None if up is None else max(0.0, up - ref.start_ticks / procstat.CLOCK_TICKS)
+
+
+def catches(pid: int, sig: signal.Signals) -> bool | None:
+    """Whether ``pid`` has a handler for ``sig`` (``SigCgt`` in ``/proc/<pid>/status``);
+    None where that cannot be read. A process that does not catch SIGUSR1 dies of it: a
+    daemon of a reconcile from before SIGUSR1 asked for a pass did."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith(b"SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return None

@@ -53,7 +53,7 @@ from controller.core.actions import (
 )
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest.names import base_name
-from controller.core.manifest.specs import Entry, with_secrets
+from controller.core.manifest.specs import Entry, spec_document, with_secrets
 from controller.core.plan import BACKOFF_RESET, Desired, backoff, plan
 from controller.core.state import (
     RESTART_DUE,
@@ -112,6 +112,13 @@ IN_PLACE_CHANGES: dict[str, dict[str, Any]] = {
     "readiness": {"readiness": {"tcpSocket": {}, "deadlineSeconds": 77}},
     "restartPolicy": {"restartPolicy": "OnFailure"},
     "stopGracePeriodSeconds": {"stopGracePeriodSeconds": 7},
+}
+
+# The spec document a reconcile of 2026-12-01 stored: the fields added since are absent.
+OLDER_DOCUMENT = {
+    k: v
+    for k, v in spec_document(entry("a").deployment.spec).items()
+    if k not in ("affinity", "fallbackAfter", "fallbacks")
 }
 
 CASES = [
@@ -603,6 +610,24 @@ CASES = [
             id=f"replace-{field}-with-args",
         )
         for field, change in IN_PLACE_CHANGES.items()
+    ),
+    # A record an older reconcile wrote (2026-12-01's) lacks the fields added since (none
+    # hashed): declared at their defaults they are no edit, and nothing is done (each
+    # such record had an update event, and `plan` exit 2, saying they "changed")...
+    pytest.param(
+        Case(
+            desired(entry("a")), observed(view(record("a", stored_spec=OLDER_DOCUMENT), alive=True))
+        ),
+        id="fields-an-older-record-lacks-at-their-defaults-are-no-edit",
+    ),
+    # ... set to another value, they are
+    pytest.param(
+        Case(
+            desired(entry("a", fallbackAfter=5)),
+            observed(view(record("a", stored_spec=OLDER_DOCUMENT), alive=True)),
+            expect=((Update, "a", "spec.fallbackAfter changed"),),
+        ),
+        id="a-field-an-older-record-lacks-set-is-an-edit",
     ),
     # envFrom's values are not in the document: the hash (covering their digest) says a
     # change, and an in-place field changed beside them must not hide it.

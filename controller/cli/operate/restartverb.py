@@ -25,7 +25,7 @@ from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, no_such, re
 from controller.core.manifest.names import base_name, is_next
 from controller.core.plan import RESTARTED
 from controller.core.state import STUCK, Phase, Record, backoff_cause
-from controller.host import bootclock
+from controller.host import bootclock, procs
 from controller.redact import printable
 from controller.store.config.node import Config
 from controller.store.instances.records import RecordStore
@@ -60,7 +60,13 @@ def cmd_restart(args: argparse.Namespace) -> int:
         cfg.state_dir, [r.owner for n in names for r in _instances(records.values(), n)]
     )
     if daemon is not None:
-        when = "now" if wake(cfg.state_dir, daemon) else "at its next resync"
+        woken = wake(cfg.state_dir, daemon)
+        if not woken and procs.catches(daemon, signal.SIGUSR1) is False:
+            # Older than SIGUSR1's pass, so (but for an hour's releases) than `restart`:
+            # waiting the 10 minutes for it said nothing the operator could act on.
+            print(_older_daemon(daemon), file=sys.stderr)
+            return EXIT_OK if args.no_wait else EXIT_FAIL
+        when = "now" if woken else "at its next resync"
         print(f"the daemon (pid {daemon}) restarts it {when}", file=sys.stderr)
         if args.no_wait:
             return EXIT_OK
@@ -124,6 +130,15 @@ def daemon_running(state_dir: Path, owners: Iterable[str]) -> int | None:
     return pid if runs is None or all(owner == runs for owner in owners) else None
 
 
+def _older_daemon(daemon: int) -> str:
+    return (
+        f"reconcile: the daemon (pid {daemon}) on this state dir is of an older reconcile"
+        " (it does not catch SIGUSR1: the package was upgraded, the service not restarted);"
+        " it may never act on this request. Restart it (`systemctl restart reconcile`): the"
+        " new daemon carries the request out"
+    )
+
+
 def wake(state_dir: Path, daemon: int) -> bool:
     """Ask the daemon for a pass now: the gateway's wake-up datagram where it serves one,
     else SIGUSR1 to the pid that holds the daemon lock right now. False if neither
@@ -138,6 +153,10 @@ def wake(state_dir: Path, daemon: int) -> bool:
                 return True
         except OSError:
             pass
+    # One that does not catch SIGUSR1 (an older reconcile's, still running after an
+    # upgrade of the package) would die of it: its resync reads the request instead.
+    if procs.catches(daemon, signal.SIGUSR1) is False:
+        return False
     try:
         os.kill(daemon, signal.SIGUSR1)
     except OSError:

@@ -116,7 +116,7 @@ def _given(value: object) -> bool:
 
 
 def _once(args: argparse.Namespace, cfg: Config) -> int:
-    clash = _beside_the_daemon(cfg) or _labels_unloaded(cfg)
+    clash = _beside_the_daemon(cfg) or _labels_unloaded(cfg) or _daemon_reads_older(cfg)
     if clash:
         print(f"reconcile: {clash}", file=sys.stderr)
         return EXIT_FAIL
@@ -191,6 +191,32 @@ def _labels_unloaded(cfg: Config) -> str | None:
         f" state dir {cfg.state_dir} runs with ({_said(ran)}): reload it (`systemctl reload"
         f" reconcile`, or kill -HUP {pid}) to apply them; this run changes nothing until"
         " then (each would undo the other's share of the fleet)"
+    )
+
+
+def _daemon_reads_older(cfg: Config) -> str | None:
+    """Why a `--once` must not run: the package was upgraded and the daemon not restarted
+    yet, so it reads no record of this version, and this run's set has records of an older
+    one. The run wrote back as this version each one it changed; the daemon, unable to
+    read them, stopped managing their engines (and its gateway stopped routing to them)
+    until restarted."""
+    from controller.core.state import VERSION
+    from controller.store.instances.records import RecordStore
+    from controller.store.side import daemonset
+
+    pid = daemonset.daemon_pid(cfg.state_dir)
+    reads = daemonset.records_read_by(cfg.state_dir, pid) if pid else VERSION
+    if reads is not None and reads >= VERSION:
+        return None
+    older = RecordStore(cfg.state_dir).older(cfg.owner)
+    if not older:
+        return None
+    return (
+        f"the daemon (pid {pid}) on state dir {cfg.state_dir} is of an older reconcile,"
+        f" which cannot read the records this one writes (version {VERSION}): this run"
+        f" would write {', '.join(older)} back as version {VERSION} as it changed them,"
+        " and that daemon would stop managing their engines. Restart the daemon onto this"
+        " version first (`systemctl restart reconcile`), then run this again"
     )
 
 

@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     PrivateAttr,
+    TypeAdapter,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -962,6 +963,17 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
     if isinstance(doc.get("readiness"), dict) and doc["readiness"].get("completion") is None:
         del doc["readiness"]["completion"]
     return doc
+
+
+@functools.cache
+def document_default(key: str) -> Any:
+    """A top-level spec field's default as :func:`spec_document` writes it (``key`` as the
+    manifest spells it): what a document an older reconcile wrote, before the field
+    existed, stands for. Only compared, never handed out to change."""
+    field = next(f for f in DeploymentSpec.model_fields.values() if f.alias == key)
+    default = field.get_default(call_default_factory=True)
+    kind = TypeAdapter[Any](field.annotation or Any)  # every field here is annotated
+    return kind.dump_python(default, mode="json", by_alias=True)
 
 
 def routable_names(name: str, spec: DeploymentSpec) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ from controller.core.manifest.specs import (
     Entry,
     base_name,
     changed_fields,
+    document_default,
     document_hash,
     is_next,
     next_name,
@@ -192,7 +193,11 @@ def _restated(ctx: Context, rec: Record, entry: Entry) -> tuple[Update, ...]:
     declared in, the manifests' commit) differ from the record's: it is rewritten in
     place, the engine keeps running."""
     old, new = rec.stored_spec, spec_document(entry.deployment.spec)
-    stale = [f"spec.{k}" for k in sorted(NOT_HASHED) if old.get(k) != new.get(k)]
+    stale = [
+        f"spec.{k}"
+        for k in sorted(NOT_HASHED)
+        if old.get(k) != new.get(k) and not _brought_by_upgrade(k, old, new)
+    ]
     if rec.labels != entry.deployment.metadata.labels:
         stale.insert(0, "metadata.labels")
     if stale:
@@ -204,6 +209,14 @@ def _restated(ctx: Context, rec: Record, entry: Entry) -> tuple[Update, ...]:
         reason = f"manifests now at commit {_short(ctx.desired.revision)} (no spec change)"
         return (Update(name=rec.name, reason=reason, entry=entry, revision_only=True),)
     return ()
+
+
+def _brought_by_upgrade(key: str, old: dict[str, object], new: dict[str, object]) -> bool:
+    """A field the record's document lacks, declared at its default: an older reconcile
+    wrote the record before the field existed, so nothing was edited (each record an
+    upgrade from 2026-12-01 found had an update event, and `plan` exit 2, saying
+    `spec.fallbacks ... changed`)."""
+    return key not in old and new.get(key) == document_default(key)
 
 
 def _moved(ctx: Context, rec: Record, entry: Entry) -> bool:

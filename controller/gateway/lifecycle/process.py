@@ -292,13 +292,15 @@ class GatewayProcess:
             records = await loop.run_in_executor(None, self.watch.read, stamp)
             # Before the first pass a fresh state dir holds no record of ours: wait for
             # the daemon's (bounded) instead of answering 404 for what it has not read.
+            # One holding records of a newer reconcile is no fresh state dir.
             if (
                 self._routed
                 or records
+                or self.watch.newer()
                 or registry.passed_since(self.state_dir, self.started)
                 or time.time() - self.started > FIRST_PASS_WAIT
             ):
-                front.table.update(records, self.watch.drain)
+                front.table.update(records, self.watch.drain, self.watch.newer())
                 self._routed = True
             else:
                 self.watch.seen = None  # look again next turn (the pass marks `passed`)

@@ -85,6 +85,9 @@ class Table:
         self.pools: dict[str, tuple[str, ...]] = {}  # routable name -> its deployments
         self.instances: dict[str, tuple[str, ...]] = {}  # deployment -> its instances
         self.records: dict[str, Record] = {}
+        # Deployments whose record a newer reconcile wrote (a version this one cannot read)
+        # and that route nowhere: a request for one is told so, not "does not exist".
+        self.unreadable: frozenset[str] = frozenset()
         self.drain: Drain | None = None  # the node's, as the last look read it
         self._changed = asyncio.Event()
         # Engines that refused a connection: nonce -> (its record then, until when).
@@ -142,9 +145,16 @@ class Table:
         rec = next((r for r in self.records.values() if r.nonce == target.nonce), None)
         self._down[target.nonce] = (rec, time.monotonic() + DOWN_FOR)
 
-    def update(self, records: Iterable[Record], drain: Drain | None = None) -> None:
-        """The records of ours, and the node's drain (``drain.json``), as read now."""
+    def update(
+        self,
+        records: Iterable[Record],
+        drain: Drain | None = None,
+        unreadable: frozenset[str] = frozenset(),
+    ) -> None:
+        """The records of ours, and the node's drain (``drain.json``), as read now;
+        ``unreadable``: the deployments of records of a version this reconcile cannot read."""
         self.drain = drain
+        self.unreadable = unreadable
         was = {r.nonce: (r.host, r.port) for r in self.records.values()}
         self.records = {r.name: r for r in records}
         self._facts, self._targets = {}, {}

@@ -239,7 +239,16 @@ class Front:
         return json_response({"id": name, "object": "model", "created": 0, "owned_by": owner})
 
     def _unknown(self, model: str) -> Response:
-        """The 404 of a name no deployment serves, naming those that exist."""
+        """The 404 of a name no deployment serves, naming those that exist; a 503 for a
+        deployment whose record only a newer reconcile reads (a downgrade: its engine may
+        well run on, and the next upgrade routes it again)."""
+        if model in self.table.unreadable:
+            why = (
+                f"{shown(model)!r} is a deployment whose record a newer reconcile wrote:"
+                " this gateway cannot read it, so it routes nothing there until that"
+                " reconcile runs this node again; retry later"
+            )
+            return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
         known = ", ".join(sorted(self.table.pools)[:20]) or "none"
         why = f"the model {shown(model)!r} does not exist (routable names: {known})"
         return error(404, why, "model_not_found")

@@ -8,6 +8,7 @@ to ``quarantine/`` with the reason, never guessed at.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 from controller import failpoints
 from controller.core.manifest.names import next_name, record_name_ok
-from controller.core.state import Record
+from controller.core.state import VERSION, Record
 from controller.errors import RecordError
 from controller.store import diskspace
 from controller.store.documents import fsync_dir, quarantine, sweep_tmp, write_atomic
@@ -150,6 +151,21 @@ class RecordStore:
         ``devices``, ``plan``): one that cannot be read is named where it lies, and left
         there for the next pass to set aside (kubectl get never mutates either)."""
         return self._scan(self._left_in_place)
+
+    def older(self, owner: str) -> list[str]:
+        """``owner``'s records that an older reconcile wrote (a pass writes them back as
+        this version), by the version their files say; a file that cannot be read is the
+        pass's to set aside, not named here."""
+        names = []
+        for path in sorted(self.instances.glob("*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                data = json.loads(path.read_bytes())
+                if not isinstance(data, dict) or data.get("owner") != owner:
+                    continue
+                version = data.get("version")
+                if isinstance(version, int) and version < VERSION:
+                    names.append(path.stem)
+        return names
 
     def _scan(self, bad: SetAside) -> Snapshot:
         snap = Snapshot()

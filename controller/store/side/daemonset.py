@@ -7,6 +7,8 @@ its pid and owner here once it holds ``daemon.lock``; a reader trusts the note o
 while its pid is the lock's holder (a note left by a daemon that died says nothing).
 Its inventory too: `status` judges an engine's devices by the daemon's, not by the
 shell's RECONCILE_DEVICES, which may differ.
+The note also says the newest record version the daemon reads: a `--once` of an upgraded
+package must not rewrite records into a version the daemon still running cannot read.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typing import Any
 
 from controller.store.documents import Document
 from controller.store.statedir import StateDir
+
+# What a note without ``records`` says: the note came after record version 3 did.
+_NOTED_SINCE = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,8 @@ class DaemonSet:
     # None: unknown, a note from before this field or a node file it could not read)
     labels: dict[str, str] | None = None
     devices: DaemonDevices | None = None  # None: unknown, a note from before this field
+    # the newest record version the daemon reads
+    records: int = _NOTED_SINCE
 
 
 def _document(state_dir: Path) -> Document[DaemonSet]:
@@ -45,7 +52,7 @@ def _document(state_dir: Path) -> Document[DaemonSet]:
 
 
 def _encode(d: DaemonSet) -> dict[str, Any]:
-    doc: dict[str, Any] = {"pid": d.pid, "owner": d.owner, "labels": d.labels}
+    doc: dict[str, Any] = {"pid": d.pid, "owner": d.owner, "labels": d.labels, "records": d.records}
     if d.devices is not None:
         doc["devices"] = {"static": d.devices.static}
     return doc
@@ -75,15 +82,31 @@ def devices_of(state_dir: Path, pid: int) -> DaemonDevices | None:
     return found.devices if found is not None and found.pid == pid else None
 
 
+def records_read_by(state_dir: Path, pid: int) -> int | None:
+    """The newest record version the daemon of ``pid`` (the lock's holder) reads; None when
+    its note is missing or another pid's (a daemon from before this note: unknown)."""
+    found = _document(state_dir).peek()
+    return found.records if found is not None and found.pid == pid else None
+
+
 def _decode(data: Any) -> DaemonSet:
     pid, owner, labels = data["pid"], data["owner"], data.get("labels")
+    records = data.get("records", _NOTED_SINCE)
     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(owner, str):
         raise TypeError("pid must be an integer and owner a string")
+    if not isinstance(records, int) or isinstance(records, bool):
+        raise TypeError("records must be an integer")
     if labels is not None and not (
         isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
     ):
         raise TypeError("labels must map strings to strings")
-    return DaemonSet(pid=pid, owner=owner, labels=labels, devices=_devices(data.get("devices")))
+    return DaemonSet(
+        pid=pid,
+        owner=owner,
+        labels=labels,
+        devices=_devices(data.get("devices")),
+        records=records,
+    )
 
 
 def _devices(data: Any) -> DaemonDevices | None:
