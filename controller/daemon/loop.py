@@ -728,7 +728,7 @@ def _note_set(config: Config) -> None:
     """Which set the daemon runs, with which labels, inventory and record version
     (``side/daemonset.py``): `restart` and `down` act or warn for this set's deployments
     only, a `--once` beside it refuses labels it has not loaded (each pass would undo the
-    other's share) or writes records it cannot read, and `status` judges the devices
+    other's share) and to write records it cannot read, and `status` judges the devices
     engines hold by this inventory, not its shell's."""
     devices = daemonset.DaemonDevices(static=config.devices)
     running = daemonset.DaemonSet(
