@@ -31,3 +31,9 @@ class OnTheirNodes:
 
     def prove_ours(self, rec: Record) -> None:
         return None  # an actor's engine is its own unreaped child: ours by construction
+
+    def signal_stop(self, rec: Record) -> bool:
+        return False  # an engine stops through its actor, by ``teardown`` (grace and all)
+
+    def stopped(self, rec: Record) -> bool:
+        return True  # ``signal_stop`` begins nothing here: ``teardown`` does all of it
