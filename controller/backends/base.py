@@ -191,6 +191,18 @@ class Backend(Protocol):
         NotProvenOurs: a live engine this backend may not prove ours, not signalled."""
         ...
 
+    def signal_stop(self, rec: Record) -> bool:
+        """Begin ``rec``'s teardown without waiting: its stop signal to the whole group
+        (invariant 10). True: begun here, and finished by ``teardown`` once ``stopped``
+        or its grace is over; False: nothing sent, this instance stops by ``teardown``
+        alone (a container, a cluster's actor). NotProvenOurs, as ``teardown``."""
+        ...
+
+    def stopped(self, rec: Record) -> bool:
+        """Nothing of the instance a ``signal_stop`` began to stop runs any more (its
+        group and every process carrying its marker are gone)."""
+        ...
+
     def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:
         """Kill whatever still carries the nonce's marker; how many were killed.
         NotProvenOurs, as ``teardown``, for a live ``ref`` not proven ours."""

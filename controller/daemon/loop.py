@@ -61,7 +61,9 @@ LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds th
 LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
 HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waiting its turn)
-WATCHED = (Phase.STARTING, Phase.READY)
+# Terminating too: a deferred stop (launcher.py ``_begin``) is finished by the pass its
+# engine's exit asks for, or by the one at its grace's end (``_next_due``).
+WATCHED = (Phase.STARTING, Phase.READY, Phase.TERMINATING)
 AT_ONCE = "folder at once"  # the pass of a first whole change after quiet (_debounce)
 # A manifest still being written holds every pass until its close (timers.Settling.held);
 # the timer wakes the loop at the hold's bound, and the log says which file it waits for.
@@ -119,6 +121,7 @@ class Daemon:
         # matters (a failure, a recovery) asks for a pass, which counts it.
         self.liveness = LivenessProber(background=True, on_answer=self._liveness_answered)
         self.reconciler.liveness = self.liveness
+        self.reconciler.executor.launcher.defer_stops = True  # no grace period holds the loop
         self._probe_news = self._probes_moved = False  # set from the probes' threads
         self._hook_front(self.reconciler)
         self._asked = False  # the gateway asked for a pass (set from its thread)
@@ -382,6 +385,8 @@ class Daemon:
             fresh.interrupted = self.reconciler.interrupted
             fresh.fetched_apart = True
             fresh.liveness = self.liveness
+            fresh.executor.launcher.defer_stops = True
+            fresh.executor.launcher.carry_stops(self.reconciler.executor.launcher)
             self._hook_front(fresh)
             fresh.after_pass.append(lambda result, seconds: self.webhooks.wake())
             self.webhooks.retarget(fresh.config.notify)
@@ -625,6 +630,11 @@ def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:
             if SLACK < left < period:
                 return ("readiness deadline", left)
         return ("probe due", period)
+    if rec.phase is Phase.TERMINATING and rec.backoff_until is not None:
+        left = _until(rec.backoff_until, now)  # a deferred stop's grace: SIGKILL then
+        # Over, yet a pass left it Terminating (an engine not proven ours, kept): the
+        # resync tries again, as for any stop refused; no pass a millisecond.
+        return None if left <= SLACK else ("grace over", left)
     if rec.phase is Phase.PULLING:  # the pull's worker outlives passes: look for its end
         return ("pull progress", PULL_RECHECK)
     return None

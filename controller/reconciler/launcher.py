@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from controller import failpoints
 from controller.backends.base import Backend, Held, Puller, StartRequest
@@ -64,6 +64,8 @@ GatewayDrain = Callable[[Record, Record | None], None]
 
 LATE_SWEEP_POLL = 0.05  # seconds between the sweeps of a dead reservation's late engine
 
+T = TypeVar("T")
+
 
 def no_drain(old: Record, new: Record | None) -> None:
     """No front door (`--once`, `up`): nothing is routed to the old one, nothing waits."""
@@ -100,12 +102,18 @@ class Launcher:
     drain: GatewayDrain = no_drain
     puller: Puller | None = None  # told when a start uses its entry's pulled files
     reserve: Reserve = no_reserve  # how a start takes its devices and port
+    # The daemon's: a stop signals and goes on, a later pass finishes it (``stop``), so
+    # one engine's grace period holds up no other deployment. `--once` and `down` wait.
+    defer_stops: bool = False
 
     def __post_init__(self) -> None:
         self.memory.owner_of = self._owner_of
         self._kept: dict[str, str] = {}  # a Ready engine kept for its replacement: why
         self._held: dict[str, str] = {}  # ... or not stopped (not proven ours): take_held
         self._dropping = threading.Lock()  # see _drop
+        # The deferred stops this launcher signalled: name -> (the Stop, its nonce), what
+        # their end does (drop the record, or leave it Pending for a replacement).
+        self._stopping: dict[str, tuple[Stop, str | None]] = {}
 
     # -- starting -----------------------------------------------------------------
 
@@ -301,25 +309,28 @@ class Launcher:
 
     def _terminate(self, rec: Record, verb: str, reason: str, point: str | None = None) -> None:
         """Record Terminating, then tear down: a crash between them is finished by a later pass."""
+        self._mark_terminating(replace(rec, phase=Phase.TERMINATING, message=reason))
+        if point is not None:
+            failpoints.hit(point)
+        self.tear(rec, verb, reason, lambda: self.backend.teardown(rec))
+
+    def _mark_terminating(self, terminating: Record) -> None:
         try:
-            self.store.write(replace(rec, phase=Phase.TERMINATING, message=reason))
+            self.store.write(terminating)
         except OSError as exc:
             if not diskspace.full(exc):
                 raise
             # A full disk, its ballast spent: the stop matters more than the note of it
             # (a crash before the record goes leaves a dead engine's record: a later
             # pass handles that as any other).
-        if point is not None:
-            failpoints.hit(point)
-        self.tear(rec, verb, reason, lambda: self.backend.teardown(rec))
 
-    def tear(self, rec: Record, verb: str, reason: str, teardown: Callable[[], object]) -> None:
+    def tear(self, rec: Record, verb: str, reason: str, teardown: Callable[[], T]) -> T:
         """``teardown`` (of ``rec``'s engine). One the backend may not prove ours
         (NotProvenOurs: nothing was signalled) keeps its record, as it was, saying why;
         the error goes on to the executor, which ends this action there (nothing after
         the teardown is done) and only this one: the rest of the pass goes on."""
         try:
-            teardown()
+            return teardown()
         except NotProvenOurs as exc:
             why = f"not stopped: {exc}"
             self.store.write(replace(rec, message=why))
@@ -380,6 +391,8 @@ class Launcher:
         rec = self.store.read(action.name)
         if rec is None:
             return False
+        if self.defer_stops and rec.phase is Phase.TERMINATING and rec.backoff_until is not None:
+            return self._finish(rec, action)  # a deferred stop, begun by an earlier pass
         late = self._may_exec_late(rec, rec.nonce)  # `down` of a dead maker's reservation
         if isinstance(action, Replace) and self._kept_for(rec, action):
             return False  # it serves on until its replacement can start
@@ -387,9 +400,60 @@ class Launcher:
             # a recreate: requests in flight end first, new ones wait; a replica scaled
             # away: its requests end first, the other replicas take the new ones
             self._drain(rec, None, action.verb, action.reason)
+        if self.defer_stops and not late and self._begin(rec, action):
+            return True
         self._terminate(rec, action.verb, action.reason, "executor.stop.after_terminating")
         if late:
             self._sweep_late(rec.nonce)
+        self._stopped(rec, action)
+        return True
+
+    def _begin(self, rec: Record, action: Stop) -> bool:
+        """A deferred stop: Terminating, with when its grace ends (``backoff_until``), then
+        the stop signal, and the pass goes on. The record keeps its devices and port until
+        the group is gone (invariants 1, 2): a later pass finishes it (``_finish``), woken
+        by the engine's exit or the grace's end. False: the backend stops this instance by
+        ``teardown`` alone (nothing was sent), which the caller runs as before."""
+        until = self.maker.now() + timedelta(seconds=rec.grace_seconds)
+        marked = replace(rec, phase=Phase.TERMINATING, message=action.reason, backoff_until=until)
+        self._mark_terminating(marked)
+        failpoints.hit("executor.stop.after_terminating")
+        if not self.tear(rec, action.verb, action.reason, lambda: self.backend.signal_stop(rec)):
+            return False
+        # Journalled once, at its end, as a stop that waited was: the record says it now.
+        self._stopping[rec.name] = (action, rec.nonce)
+        return True
+
+    def _finish(self, rec: Record, action: Stop) -> bool:
+        """A deferred stop's end, once its group is gone or its grace is over (then the
+        SIGKILL): the teardown, then what its Stop does after one. Neither yet: nothing
+        changes, the grace runs on. One this launcher did not begin (a daemon before it
+        was killed, maybe before its signal) is signalled now, its deadline kept."""
+        began = self._stopping.get(rec.name)
+        if began is None or began[1] != rec.nonce:
+            if not self.tear(
+                rec, action.verb, action.reason, lambda: self.backend.signal_stop(rec)
+            ):
+                self.tear(rec, action.verb, action.reason, lambda: self.backend.teardown(rec))
+                self._stopped(rec, action)
+                return True
+            began = self._stopping[rec.name] = (action, rec.nonce)
+        over = rec.backoff_until is not None and self.maker.now() >= rec.backoff_until
+        if not over and not self.backend.stopped(rec):
+            return False
+        spent = replace(rec, grace_seconds=0.0) if over else rec  # over: the SIGKILL at once
+        first = began[0]
+        self.tear(rec, first.verb, first.reason, lambda: self.backend.teardown(spent))
+        self._stopping.pop(rec.name, None)
+        self._stopped(rec, first)
+        return True
+
+    def carry_stops(self, before: Launcher) -> None:
+        """The deferred stops a launcher this one replaces (a reload) had begun."""
+        self._stopping.update(before._stopping)
+
+    def _stopped(self, rec: Record, action: Stop) -> None:
+        """After a stop's teardown: the record dropped, or Pending for what replaces it."""
         if isinstance(action, Replace) or action.evict:
             # The deployment stays known between the teardown and the next round's
             # reservation: a dropped record would make the gateway answer 404 to the
@@ -398,9 +462,8 @@ class Launcher:
             self.store.write(_unplaced(rec, action.reason))
             then = "for the new" if isinstance(action, Replace) else "until the drain ends"
             self.event(action.name, action.verb, action.reason, f"stopped; Pending {then}")
-            return True
+            return
         self._drop(action, "stopped; record dropped", "executor.stop.after_delete")
-        return True
 
     def _drop(self, action: Stop | Release, outcome: str, point: str | None = None) -> None:
         """Drop the record and journal it. A pruned deployment's remembered count goes

@@ -148,10 +148,14 @@ def test_a_serving_next_abandoned_for_a_newer_spec_finishes_its_answers(
     assert stream.begun.wait(WAIT) and b"data: " in stream.body, stream.body
     write("3")
     g2 = gateway()
-    # Its first pass finishes the old one's teardown; the next (the manifest saved again)
-    # judges the `@next`, whose spec is no longer the manifest's.
-    finished = lambda: "finishing an interrupted teardown" in str(reconcile.events("roll"))  # noqa: E731
-    reconcile.wait_for(finished, timeout=WAIT, what="the old instance's teardown finished")
+
+    # Its first pass takes up the old one's teardown (signalled, Terminating: its end waits
+    # for a pass after this one's drain of the `@next`, whose spec is no longer the manifest's).
+    def taken_up() -> bool:
+        old = reconcile.record("roll")
+        return old is None or (old["phase"] == "Terminating" and old["backoff_until"] is not None)
+
+    reconcile.wait_for(taken_up, timeout=WAIT, what="the old instance's teardown taken up")
     write("3")
     asked = StateDir(reconcile.state).retire_ask(nxt["nonce"])
 

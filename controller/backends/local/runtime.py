@@ -387,6 +387,21 @@ class LocalBackend:
                 self._signal_group(ref, signal.SIGKILL, nonce=nonce)
         self.sweep(nonce, ref)
 
+    def signal_stop(self, rec: Record) -> bool:
+        """``stop``'s signals without its wait: the daemon's passes go on through the grace
+        period, and a later one finishes the teardown (``teardown``). A container stops by
+        its runtime's stop alone; an engine already gone, by ``teardown``'s sweep at once
+        (what is left of its group gets no grace: ``stop``)."""
+        if rec.container is not None or not self.alive(rec.ref):
+            return False
+        assert rec.ref is not None  # alive
+        self._signal_group(rec.ref, rec.stop_signal, nonce=rec.nonce)
+        self._signal_group(rec.ref, signal.SIGCONT, nonce=rec.nonce)  # as ``stop`` does
+        return True
+
+    def stopped(self, rec: Record) -> bool:
+        return rec.ref is None or not self._instance_alive(rec.ref, rec.nonce)
+
     def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:
         """SIGKILL the group and every marker process of ``nonce``; wait until gone."""
         if ref is not None:

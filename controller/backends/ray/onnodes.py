@@ -34,3 +34,9 @@ class OnTheirNodes:
 
     def runtime_log(self, rec: Record) -> list[str] | None:
         return None  # an actor reads its engine's log on its node (log_since)
+
+    def signal_stop(self, rec: Record) -> bool:
+        return False  # an engine stops through its actor, by ``teardown`` (grace and all)
+
+    def stopped(self, rec: Record) -> bool:
+        return True  # ``signal_stop`` begins nothing here: ``teardown`` does all of it

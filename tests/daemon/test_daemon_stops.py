@@ -1,0 +1,163 @@
+"""A slow stop in the daemon: the engine goes Terminating and the loop goes on.
+
+Kubernetes' kubelet sends SIGTERM, leaves the pod Terminating (holding what it holds)
+and goes on with other pods; SIGKILL comes at the grace deadline. Every engine here
+ignores SIGTERM (``STUBBORN``), so its stop lasts its whole grace period unless the test
+ends it by hand; each daemon runs with ``--resync 1h``, so what happens is the work of
+pidfds and timers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from test_daemon_loop import PYTHON, STUBBORN, pid_of, ready_pid, sleeper, started
+
+LONG_GRACE = 120  # seconds: never over while a test waits (each ends the engine itself)
+# An engine whose child, in its group, ignores SIGTERM as it does: a stop reaches both.
+STUBBORN_PAIR = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "os.fork()\n"
+    "time.sleep(600)\n"
+)
+
+
+def stubborn(rc: Any, name: str, grace: float = LONG_GRACE, **spec: Any) -> None:
+    rc.write(name, command=[PYTHON, "-c", STUBBORN], readiness={"periodSeconds": 0.2},
+             stopGracePeriodSeconds=grace, **spec)  # fmt: skip
+
+
+def phase(rc: Any, name: str) -> str | None:
+    rec = rc.record(name)
+    return None if rec is None else str(rec["phase"])
+
+
+def terminating(rc: Any, name: str) -> int | None:
+    """The pid of ``name``'s engine while its record is Terminating and it runs."""
+    pid = pid_of(rc, name)
+    return pid if phase(rc, name) == "Terminating" and pid and rc.alive(pid) else None
+
+
+def group(pgid: int) -> set[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if stat[0] != "Z" and int(stat[2]) == pgid:
+            found.add(int(entry))
+    return found
+
+
+def end_by_hand(rc: Any, d: Any, name: str, pid: int) -> None:
+    """SIGKILL the stubborn engine's group (its exit): the daemon drops its record."""
+    os.killpg(pid, signal.SIGKILL)
+    d.wait(lambda: rc.record(name) is None and not group(pid), f"{name}'s stop finished")
+
+
+def test_a_slow_stop_does_not_hold_up_a_crash_restart(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    stubborn(rc, "stubborn")
+    d = started(rc, daemon, "steady")
+    d.wait(lambda: ready_pid(rc, "stubborn"), "stubborn Ready")
+    steady = ready_pid(rc, "steady")
+    assert steady is not None
+    (rc.manifests / "stubborn.yaml").unlink()
+    old = d.wait(lambda: terminating(rc, "stubborn"), "stubborn Terminating")
+    os.kill(steady, signal.SIGKILL)  # a crash while the stop's grace runs
+    again = d.wait(lambda: (p := ready_pid(rc, "steady")) != steady and p, "steady restarted")
+    # Restarted while the stop was in its grace: before, the pass waited it out first.
+    assert terminating(rc, "stubborn") == old, rc.events("stubborn")
+    assert group(old) == {old}
+    end_by_hand(rc, d, "stubborn", old)
+    assert ready_pid(rc, "steady") == again
+    finish(d)
+
+
+def test_a_terminating_engines_gpu_goes_to_no_one_until_its_group_is_gone(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    stubborn(rc, "old", devices={"count": 1})
+    d = daemon("--allow-empty")  # its one manifest goes: prune it
+    old = d.wait(lambda: ready_pid(rc, "old"), "old Ready")
+    (rc.manifests / "old.yaml").unlink()
+    d.wait(lambda: terminating(rc, "old"), "old Terminating")
+    rc.write("new", devices={"count": 1}, **sleeper())
+    d.wait(lambda: phase(rc, "new") == "Pending", "new waits for the device")
+    assert rc.status("old")["old"]["devices"] == ["nvidia:0"]
+    assert rc.status("new")["new"]["devices"] == []
+    assert "held by old" in rc.status("new")["new"]["message"], rc.status("new")
+    end_by_hand(rc, d, "old", old)
+    d.wait(lambda: ready_pid(rc, "new"), "new Ready once old's group is gone")
+    assert rc.status("new")["new"]["devices"] == ["nvidia:0"]
+    finish(d)
+
+
+def test_a_recreate_waits_for_the_old_group_before_its_new_engine(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    stubborn(rc, "web")
+    d = daemon()
+    old = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    port = rc.record("web")["port"]
+    # A spec change: Recreate. The old engine keeps its record's grace (LONG_GRACE); the
+    # new one's is short, so `down` at the end ends it at once.
+    stubborn(rc, "web", grace=1, env={"CHANGED": "1"})
+    d.wait(lambda: terminating(rc, "web"), "web Terminating")
+    rc.write("other", **sleeper())  # the daemon goes on meanwhile
+    d.wait(lambda: ready_pid(rc, "other"), "other Ready while web stops")
+    assert terminating(rc, "web") == old and rc.record("web")["port"] == port
+    os.killpg(old, signal.SIGKILL)
+    d.wait(lambda: (p := ready_pid(rc, "web")) != old and p, "web's new engine")
+    assert not group(old)
+    assert rc.record("web")["stored_spec"]["env"] == {"CHANGED": "1"}
+    finish(d)
+
+
+def test_sigkill_at_the_grace_deadline_reaches_the_whole_group(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    rc.write("pair", command=[PYTHON, "-c", STUBBORN_PAIR], readiness={"periodSeconds": 0.2},
+             stopGracePeriodSeconds=1)  # fmt: skip
+    d = daemon("--allow-empty")  # its one manifest goes: prune it
+    leader = d.wait(lambda: ready_pid(rc, "pair"), "pair Ready")
+    d.wait(lambda: len(group(leader)) == 2, "the engine's child")
+    (rc.manifests / "pair.yaml").unlink()
+    # No resync for an hour and no exit to wake it: the grace's own timer kills the group.
+    d.wait(lambda: rc.record("pair") is None and not group(leader), "the group killed")
+    outcomes = [e["outcome"] for e in rc.events("pair") if e["action"] == "stop"]
+    assert outcomes[-1] == "stopped; record dropped", outcomes
+    finish(d)
+
+
+def test_a_daemon_killed_while_an_engine_terminates_leaves_the_next_to_finish_it(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    stubborn(rc, "slow")
+    first = daemon("--allow-empty")
+    old = first.wait(lambda: ready_pid(rc, "slow"), "slow Ready")
+    (rc.manifests / "slow.yaml").unlink()
+    first.wait(lambda: terminating(rc, "slow"), "slow Terminating")
+    first.stop(signal.SIGKILL)
+    second = daemon("--allow-empty")
+    second.wait_pass()  # its first pass found the stop under way and went on
+    assert terminating(rc, "slow") == old, rc.events("slow")
+    end_by_hand(rc, second, "slow", old)  # the engine's exit: the next daemon finishes
+    outcomes = [e["outcome"] for e in rc.events("slow") if e["action"] == "stop"]
+    assert outcomes[-1] == "stopped; record dropped", outcomes
+    finish(second)
