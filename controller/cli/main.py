@@ -717,6 +717,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_FAIL
     except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
+        denied = isinstance(exc, PermissionError) and _state_dir_denied(args, exc)
+        if denied:
+            print(f"reconcile: {denied}", file=sys.stderr)
+            return EXIT_FAIL
         where = f": {exc.filename}" if exc.filename else ""
         print(
             f"reconcile: I/O error{where}: {exc.strerror or exc}. Fix the disk or permissions"
@@ -726,6 +730,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAIL
     except KeyboardInterrupt:
         return 130
+
+
+def _state_dir_denied(args: argparse.Namespace, exc: OSError) -> str | None:
+    from controller.store.config.node import state_dir_denied
+
+    filename = exc.filename if isinstance(exc.filename, str) else None
+    return state_dir_denied(getattr(args, "state_dir", None), filename)
 
 
 def _quiet_stdout() -> None:

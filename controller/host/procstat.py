@@ -17,6 +17,7 @@ from controller.host import bootclock, procpsutil
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BOOT_TIME_TTL = 1.0  # seconds
+PF_EXITING = 0x4  # include/linux/sched.h
 
 _boot: tuple[float, float] | None = None  # (monotonic when read, boot time)
 
@@ -48,6 +49,23 @@ def stat(pid: int) -> Stat | None:
     ticks = int(fields[19])
     start = ticks / CLOCK_TICKS + boot_time()
     return Stat(start_time=start, ppid=int(fields[1]), state=fields[0].decode(), start_ticks=ticks)
+
+
+def exiting(pid: int) -> bool:
+    """Whether ``pid`` has begun to exit: a zombie, or ``PF_EXITING`` in its flags (set as
+    the kernel's exit begins, before the process's memory is let go). Such a process's
+    ``/proc/<pid>/environ`` reads EACCES to any user but root. psutil's path: zombies."""
+    if procpsutil.ACTIVE:
+        st = stat(pid)
+        return st is not None and st.state == "Z"
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    fields = data[data.rfind(b")") + 2 :].split()
+    # fields[0] is field 3 (state), [6] field 9 (flags).
+    return len(fields) > 6 and (fields[0] == b"Z" or int(fields[6]) & PF_EXITING != 0)
 
 
 def boot_time() -> float:

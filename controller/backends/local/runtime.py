@@ -40,7 +40,7 @@ from controller.core.state import ContainerRef, Instance, MarkedProcess, Process
 from controller.errors import ContainerError, NotProvenOurs, SpawnError
 from controller.host import ports, procpsutil, procscan, procstat
 from controller.host.devices import wait_gpu_release
-from controller.host.procs import identity, process_alive, ref_of
+from controller.host.procs import identity, live_identity, process_alive, ref_of
 from controller.host.procscan import EnvironScan
 from controller.logsetup import get_logger
 from controller.pull.host import HostPuller
@@ -532,7 +532,9 @@ class LocalBackend:
         """
         if ref.pid <= 1 or ref.pid == os.getpgrp():
             return False
-        current = identity(ref.pid)
+        # A zombie leader has ended too (its pid is not reused until reaped): to a user
+        # who is not root its environment reads EACCES, which is not "not ours".
+        current = live_identity(ref.pid)
         if nonce is None or current is None:
             return True  # the leader is gone: what is left of its group is ours
         try:
@@ -545,6 +547,10 @@ class LocalBackend:
                 return False  # another process holds the pid now: the engine is gone
             if self._spawned(ref.pid):
                 return True  # our own unreaped child: its pid is no one else's
+            if procstat.exiting(ref.pid):
+                # Its memory going, its environment reads EACCES to all but root (root's
+                # read finds no marker there): ending, it needs no signal, nor a refusal.
+                return False
             raise NotProvenOurs(_unreadable(ref.pid)) from None
 
     def _spawned(self, pid: int) -> bool:

@@ -79,6 +79,53 @@ def default_state_dir() -> Path:
     return Path(base) / "reconcile"
 
 
+def given_state_dir(flag: str | None) -> Path | None:
+    """The state dir ``--state-dir`` or ``RECONCILE_STATE_DIR`` names; None: the default."""
+    state = flag or os.environ.get("RECONCILE_STATE_DIR")
+    return Path(state).expanduser().absolute() if state else None
+
+
+def state_dir_denied(flag: str | None, denied: str | None) -> str | None:
+    """What a user who is not root, refused ``denied`` (EACCES, EPERM), may not do with
+    its state dir, and the next move; None when ``denied`` is not on the state dir's way
+    or the state dir is this user's (a file's own mode is then the matter)."""
+    given = given_state_dir(flag)
+    state = given or default_state_dir()
+    if os.geteuid() == 0 or denied is None:
+        return None
+    where = Path(denied).absolute()
+    if where != state and state not in where.parents and where not in state.parents:
+        return None
+    try:
+        uid = state.stat().st_uid
+    except OSError:  # not there, or a folder on its way this user may not enter
+        how = "--state-dir DIR (RECONCILE_STATE_DIR)"
+        if given is None:
+            how += " or XDG_STATE_HOME: the default, for a user who is not root, is"
+            how += " $XDG_STATE_HOME/reconcile, else ~/.local/state/reconcile"
+        who = f"this user (uid {os.geteuid()})"
+        return (
+            f"{who} may not create or reach the state dir {state}: name one it may write with {how}"
+        )
+    if uid == os.geteuid():
+        return None
+    return (
+        f"the state dir {state} belongs to {_user_name(uid)}, and a state dir is one user's"
+        " alone (0700): run reconcile as that user (users who share GPUs share one reconcile:"
+        ' README, "A shared GPU box"), or give this one its own with --state-dir DIR (two'
+        " state dirs on one box do not see each other's engines and hand out the same GPUs)"
+    )
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
 def resolve(
     *,
     manifests: list[str] | None = None,
@@ -101,8 +148,7 @@ def resolve(
     """``lenient``: a node config file that cannot be read is a warning (its settings
     are left at their defaults), not an error: a read verb must still show the node."""
     env = os.environ
-    state = state_dir or env.get("RECONCILE_STATE_DIR")
-    state_path = Path(state).expanduser().absolute() if state else default_state_dir()
+    state_path = given_state_dir(state_dir) or default_state_dir()
     folders = manifests or _split(env.get("RECONCILE_MANIFESTS")) or ["./manifests"]
     # `-f m -f m` is the set `-f m` made: one folder named twice must not derive another owner
     paths = tuple(dict.fromkeys(Path(f).expanduser().absolute() for f in folders))
