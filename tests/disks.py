@@ -31,9 +31,9 @@ def tmpfs(folder: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
-def fill(folder: Path) -> Path:
-    """Write ``folder/filler`` until the disk is full (ENOSPC): what a runaway log does."""
-    filler = folder / "filler"
+def fill(folder: Path, name: str = "filler") -> Path:
+    """Write ``folder/name`` until the disk is full (ENOSPC): what a runaway log does."""
+    filler = folder / name
     with filler.open("ab", buffering=0) as out, contextlib.suppress(OSError):
         while True:
             out.write(b"\0" * 4096)
