@@ -103,9 +103,11 @@ class Daemon:
         reload: Reload | None = None,
         front: FrontDoor | None = None,
         store: RecordStore | None = None,
+        lock: FileLock | None = None,
     ) -> None:
         self.config = config
         self.resync = resync
+        self.lock = lock  # the daemon lock held: while it is the state dir's, passes run
         self.reload_config = reload or (lambda: self.config)
         self.front = front
         # The one record store of the state dir: the reconciler and the backend share it.
@@ -376,6 +378,9 @@ class Daemon:
             self._settling = Settling()
         self.folders.rearm()  # before the pass reads the folders: no event falls in between
         at_once = self._undisturbed if triggers == [AT_ONCE] else None
+        if self._state_dir_gone():
+            self.timers.after("resync", self.resync, "resync")
+            return
         started = time.monotonic()
         began = (datetime.now(UTC), bootclock.read())  # before the plan reads its clocks
         try:
@@ -418,6 +423,28 @@ class Daemon:
         emit = log.debug if timed and not changes else log.info
         emit("pass", n=self.passes, trigger=",".join(triggers), took=took, actions=changes)
         self._after(result, began)
+
+    def _state_dir_gone(self) -> bool:
+        """The state dir removed or replaced under the daemon (its disk unmounted, an ``rm
+        -rf``): the daemon lock held is no longer the file at its path. A pass made the
+        folder afresh, found no record and stopped every engine as one no record accounts
+        for; none runs until the state dir is back (said once, and its return)."""
+        if self.lock is None or self.lock.still_at_path():
+            if self._said.pop("state dir", None) is not None:
+                log.info("passes go through again", after="the state dir is back")
+            return False
+        if "state dir" not in self._said:
+            self._said["state dir"] = "gone"
+            log.error(
+                "pass refused",
+                reason=f"the state dir {self.config.state_dir} was removed or replaced while "
+                f"the daemon ran ({self.lock.path} is not the file it locked): a pass would "
+                "find no record and stop every engine it runs",
+                next="the engines run on, untouched: put the state dir back (mount its disk "
+                "again) and passes resume; to start afresh on this one, restart the daemon "
+                "(its first pass stops the engines no record accounts for, and starts them anew)",
+            )
+        return True
 
     def _unreachable(self, why: str) -> None:
         """The cluster's head does not answer: the pass moved nothing; its records say
@@ -683,7 +710,10 @@ def run_daemon(
 
             server = serve(*metrics_at, config.state_dir)
         try:
-            return Daemon(config, resync=resync, reload=reload, front=front, store=store).run()
+            daemon = Daemon(
+                config, resync=resync, reload=reload, front=front, store=store, lock=lock
+            )
+            return daemon.run()
         finally:
             if server is not None:
                 server.shutdown()
