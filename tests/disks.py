@@ -31,6 +31,26 @@ def tmpfs(folder: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[Path]:
+    """``folder`` bind-mounted on itself read-only until the end: writes through its path
+    fail with EROFS, as on a disk the kernel remounted read-only after an error (root)."""
+    steps = (
+        ["mount", "--bind", str(folder), str(folder)],
+        ["mount", "-o", "remount,ro,bind", str(folder)],
+    )
+    for step in steps:
+        done = subprocess.run(step, capture_output=True)
+        if done.returncode != 0:
+            if step is not steps[0]:
+                subprocess.run(["umount", str(folder)], check=True)
+            pytest.skip(f"cannot mount {folder} read-only here: {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
 def fill(folder: Path, name: str = "filler") -> Path:
     """Write ``folder/name`` until the disk is full (ENOSPC): what a runaway log does."""
     filler = folder / name

@@ -12,6 +12,7 @@ adopts the engines from their records. SIGHUP re-reads the node and resyncs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
 import selectors
@@ -67,6 +68,13 @@ AT_ONCE = "folder at once"  # the pass of a first whole change after quiet (_deb
 IO_NEXT = (
     "free space on (or fix the permissions of) the disk it names: the daemon tries again at "
     "every resync (SIGUSR1: now), resuming from the records on disk"
+)
+# ... and by a disk mounted read-only (an ext4 `errors=remount-ro` after an I/O error, a
+# read-only bind mount), which no free space or file mode mends.
+READ_ONLY_NEXT = (
+    "the disk it names is mounted read-only (after a disk error, the kernel remounts it so: "
+    "see dmesg): mend it and mount it read-write again; the daemon tries again at every "
+    "resync (SIGUSR1: now), resuming from the records on disk"
 )
 GIT_FETCH = "git fetch"  # the git source's own timer (its interval), and its fetch's end
 GIT_MOVE = "git move retry"  # a failed move's back-off ended: a pass moves again
@@ -395,7 +403,8 @@ class Daemon:
             self.timers.after("resync", self.resync, "resync")
             return
         except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
-            log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=IO_NEXT)
+            why = READ_ONLY_NEXT if exc.errno == errno.EROFS else IO_NEXT
+            log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=why)
             self._said["io"] = str(exc)  # the pass that goes through again says so
             self.timers.after("resync", self.resync, "resync")
             return

@@ -1,4 +1,4 @@
-"""An engine's own log fills the state dir's disk.
+"""The state dir's disk: filled by an engine's own log, mounted read-only.
 
 The state dir is a real 12 MB tmpfs: an engine that writes ~10 MB/s to stdout (as a
 debug-level server does) takes it to the last byte before its log reaches the bound a
@@ -6,6 +6,7 @@ backup could be copied into. The rotation's copy then meets a full disk: it must
 cut the log (its lines lost, said in it), or the disk stays full for good, every pass
 failing at its first write, and a killed engine is never started again. A pass that
 fails on that disk must still rotate: the rotation after it was all that could make room.
+A disk the kernel remounted read-only is said so, with what mends it (not free space).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from disks import fill, tmpfs
+from disks import fill, read_only, tmpfs
 
 from tests.daemon.test_daemon_loop import ready_pid
 
@@ -84,3 +85,23 @@ def test_a_pass_that_fails_on_a_disk_its_log_filled_still_cuts_the_log(reconcile
         assert rc.status()["web"]["phase"] == "Ready"
         assert rc.pids("web") - {pid}
         rc.down()
+
+
+def test_a_read_only_state_dir_is_said_so_and_passes_resume_once_writable(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """The `pass failed` line said to free space or fix permissions: neither mends it."""
+    rc = reconcile
+    rc.write("web")
+    d = daemon()
+    pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    with read_only(rc.state):
+        os.kill(pid, signal.SIGKILL)  # its exit's pass writes its record: refused
+        failed = d.wait(lambda: d.lines("pass failed"), "the pass that failed")[0]
+        assert "Read-only file system" in failed["error"], failed
+        assert failed["next"].startswith("the disk it names is mounted read-only"), failed
+    os.kill(d.pid, signal.SIGUSR1)  # writable again: the next pass restarts it
+    again = d.wait(lambda: (p := ready_pid(rc, "web")) != pid and p, "web started again")
+    assert rc.pids("web") == {again}
+    d.wait(lambda: d.lines("passes go through again"), "the failure's end said")
+    finish(d)
