@@ -36,6 +36,7 @@ import pytest
 from clients import stream_begun
 from procs import GATEWAY_MARKER, marked_pids
 
+from controller.cli.gateway.startlock import stopped
 from controller.store.config import accesstoken
 
 WAIT = 40.0
@@ -212,6 +213,7 @@ def test_a_wait_that_a_stopped_daemon_could_not_end_says_so(reconcile: Any, gate
     g.wait_phase("lazy", "Idle")
     g.proc.send_signal(signal.SIGSTOP)
     try:
+        reconcile.wait_for(lambda: stopped(g.proc.pid), what="the daemon stopped")
         answer = g.post("lazy")
     finally:
         g.proc.send_signal(signal.SIGCONT)
