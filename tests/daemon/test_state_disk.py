@@ -105,3 +105,17 @@ def test_a_read_only_state_dir_is_said_so_and_passes_resume_once_writable(
     assert rc.pids("web") == {again}
     d.wait(lambda: d.lines("passes go through again"), "the failure's end said")
     finish(d)
+
+
+def test_a_once_on_a_read_only_state_dir_says_the_disk_is_mounted_read_only(
+    reconcile: Any,
+) -> None:
+    rc = reconcile
+    rc.write("web")
+    rc.once()  # the state dir made
+    with read_only(rc.state):
+        failed = rc.once(check=1)
+    assert f"reconcile: I/O error: {rc.state}/" in failed.err, failed
+    assert "Read-only file system. Its disk is mounted read-only" in failed.err, failed
+    assert "mount it read-write again and run again" in failed.err, failed
+    rc.down()
