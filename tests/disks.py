@@ -16,12 +16,13 @@ import pytest
 
 
 @contextlib.contextmanager
-def tmpfs(folder: Path, size: str) -> Iterator[Path]:
-    """``folder`` (created) as a tmpfs of ``size`` (``20m``), mode 0700, until the end."""
+def tmpfs(folder: Path, size: str, inodes: int | None = None) -> Iterator[Path]:
+    """``folder`` (created) as a tmpfs of ``size`` (``20m``), mode 0700, until the end;
+    ``inodes``: that many files at most."""
     folder.mkdir(parents=True, exist_ok=True)
+    options = f"size={size},mode=700" + (f",nr_inodes={inodes}" if inodes else "")
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=700", "tmpfs", str(folder)],
-        capture_output=True,
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True
     )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
@@ -49,6 +50,16 @@ def read_only(folder: Path) -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def fill_inodes(folder: Path) -> Path:
+    """Make empty files in ``folder/inodes`` until no inode is left: bytes stay free."""
+    many = folder / "inodes"
+    many.mkdir()
+    with contextlib.suppress(OSError):
+        for n in range(1 << 20):
+            (many / str(n)).touch()
+    return many
 
 
 def fill(folder: Path, name: str = "filler") -> Path:
