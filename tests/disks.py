@@ -16,12 +16,13 @@ import pytest
 
 
 @contextlib.contextmanager
-def tmpfs(folder: Path, size: str) -> Iterator[Path]:
-    """``folder`` (created) as a tmpfs of ``size`` (``20m``), mode 0700, until the end."""
+def tmpfs(folder: Path, size: str, inodes: int | None = None) -> Iterator[Path]:
+    """``folder`` (created) as a tmpfs of ``size`` (``20m``), mode 0700, until the end;
+    ``inodes``: that many files at most."""
     folder.mkdir(parents=True, exist_ok=True)
+    options = f"size={size},mode=700" + (f",nr_inodes={inodes}" if inodes else "")
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=700", "tmpfs", str(folder)],
-        capture_output=True,
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True
     )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
@@ -31,9 +32,39 @@ def tmpfs(folder: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
-def fill(folder: Path) -> Path:
-    """Write ``folder/filler`` until the disk is full (ENOSPC): what a runaway log does."""
-    filler = folder / "filler"
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[Path]:
+    """``folder`` bind-mounted on itself read-only until the end: writes through its path
+    fail with EROFS, as on a disk the kernel remounted read-only after an error (root)."""
+    steps = (
+        ["mount", "--bind", str(folder), str(folder)],
+        ["mount", "-o", "remount,ro,bind", str(folder)],
+    )
+    for step in steps:
+        done = subprocess.run(step, capture_output=True)
+        if done.returncode != 0:
+            if step is not steps[0]:
+                subprocess.run(["umount", str(folder)], check=True)
+            pytest.skip(f"cannot mount {folder} read-only here: {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def fill_inodes(folder: Path) -> Path:
+    """Make empty files in ``folder/inodes`` until no inode is left: bytes stay free."""
+    many = folder / "inodes"
+    many.mkdir()
+    with contextlib.suppress(OSError):
+        for n in range(1 << 20):
+            (many / str(n)).touch()
+    return many
+
+
+def fill(folder: Path, name: str = "filler") -> Path:
+    """Write ``folder/name`` until the disk is full (ENOSPC): what a runaway log does."""
+    filler = folder / name
     with filler.open("ab", buffering=0) as out, contextlib.suppress(OSError):
         while True:
             out.write(b"\0" * 4096)

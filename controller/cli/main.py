@@ -6,6 +6,7 @@ Exit codes live in ``common``; the verb -> handler table in ``verbs``.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -722,8 +723,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"reconcile: {denied}", file=sys.stderr)
             return EXIT_FAIL
         where = f": {exc.filename}" if exc.filename else ""
+        fix = "Fix the disk or permissions"
+        if exc.errno == errno.EROFS:  # no free space or file mode mends that
+            fix = (
+                "Its disk is mounted read-only (after a disk error, the kernel remounts it so:"
+                " see dmesg): mend it, mount it read-write again"
+            )
         print(
-            f"reconcile: I/O error{where}: {exc.strerror or exc}. Fix the disk or permissions"
+            f"reconcile: I/O error{where}: {exc.strerror or exc}. {fix}"
             " and run again: the next pass resumes from the records on disk",
             file=sys.stderr,
         )

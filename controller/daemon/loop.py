@@ -12,6 +12,7 @@ adopts the engines from their records. SIGHUP re-reads the node and resyncs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
 import selectors
@@ -74,6 +75,13 @@ IO_NEXT = (
     "free space on (or fix the permissions of) the disk it names: the daemon tries again at "
     "every resync (SIGUSR1: now), resuming from the records on disk"
 )
+# ... and by a disk mounted read-only (an ext4 `errors=remount-ro` after an I/O error, a
+# read-only bind mount), which no free space or file mode mends.
+READ_ONLY_NEXT = (
+    "the disk it names is mounted read-only (after a disk error, the kernel remounts it so: "
+    "see dmesg): mend it and mount it read-write again; the daemon tries again at every "
+    "resync (SIGUSR1: now), resuming from the records on disk"
+)
 GIT_FETCH = "git fetch"  # the git source's own timer (its interval), and its fetch's end
 GIT_MOVE = "git move retry"  # a failed move's back-off ended: a pass moves again
 TIMED = frozenset(
@@ -109,9 +117,11 @@ class Daemon:
         reload: Reload | None = None,
         front: FrontDoor | None = None,
         store: RecordStore | None = None,
+        lock: FileLock | None = None,
     ) -> None:
         self.config = config
         self.resync = resync
+        self.lock = lock  # the daemon lock held: while it is the state dir's, passes run
         self.reload_config = reload or (lambda: self.config)
         self.front = front
         # The one record store of the state dir: the reconciler and the backend share it.
@@ -414,6 +424,9 @@ class Daemon:
             self._settling = Settling()
         self.folders.rearm()  # before the pass reads the folders: no event falls in between
         at_once = self._undisturbed if triggers == [AT_ONCE] else None
+        if self._state_dir_gone():
+            self.timers.after("resync", self.resync, "resync")
+            return
         started = time.monotonic()
         began = (datetime.now(UTC), bootclock.read())  # before the plan reads its clocks
         try:
@@ -428,7 +441,8 @@ class Daemon:
             self.timers.after("resync", self.resync, "resync")
             return
         except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
-            log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=IO_NEXT)
+            why = READ_ONLY_NEXT if exc.errno == errno.EROFS else IO_NEXT
+            log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=why)
             self._said["io"] = str(exc)  # the pass that goes through again says so
             self.timers.after("resync", self.resync, "resync")
             return
@@ -456,6 +470,28 @@ class Daemon:
         emit = log.debug if timed and not changes else log.info
         emit("pass", n=self.passes, trigger=",".join(triggers), took=took, actions=changes)
         self._after(result, began)
+
+    def _state_dir_gone(self) -> bool:
+        """The state dir removed or replaced under the daemon (its disk unmounted, an ``rm
+        -rf``): the daemon lock held is no longer the file at its path. A pass made the
+        folder afresh, found no record and stopped every engine as one no record accounts
+        for; none runs until the state dir is back (said once, and its return)."""
+        if self.lock is None or self.lock.still_at_path():
+            if self._said.pop("state dir", None) is not None:
+                log.info("passes go through again", after="the state dir is back")
+            return False
+        if "state dir" not in self._said:
+            self._said["state dir"] = "gone"
+            log.error(
+                "pass refused",
+                reason=f"the state dir {self.config.state_dir} was removed or replaced while "
+                f"the daemon ran ({self.lock.path} is not the file it locked): a pass would "
+                "find no record and stop every engine it runs",
+                next="the engines run on, untouched: put the state dir back (mount its disk "
+                "again) and passes resume; to start afresh on this one, restart the daemon "
+                "(its first pass stops the engines no record accounts for, and starts them anew)",
+            )
+        return True
 
     def _unreachable(self, why: str) -> None:
         """The cluster's head does not answer: the pass moved nothing; its records say
@@ -726,7 +762,10 @@ def run_daemon(
 
             server = serve(*metrics_at, config.state_dir)
         try:
-            return Daemon(config, resync=resync, reload=reload, front=front, store=store).run()
+            daemon = Daemon(
+                config, resync=resync, reload=reload, front=front, store=store, lock=lock
+            )
+            return daemon.run()
         finally:
             if server is not None:
                 server.shutdown()

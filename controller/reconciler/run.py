@@ -553,7 +553,7 @@ class Reconciler(Preview):
         nothing (``deferred``): the change may be one file of several still landing."""
         self.store.ensure()
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
-        with self._fetch_first() as git_held, self.pass_lock.hold(timeout):
+        with self._fetch_first() as git_held, self.pass_lock.hold(timeout), self._rotating():
             started = time.monotonic()
             failpoints.hit("reconciler.pass.locked")
             synced = self._sync_git(git_held)
@@ -585,7 +585,6 @@ class Reconciler(Preview):
             result.outcomes = self.executor.take_tally()
             result.held = self.executor.take_held()
             note_seen(self.config.state_dir, _seen(result, self.config.node, seen_at))
-            logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
             seconds = time.monotonic() - started
         for note in diskspace.notes():  # a full disk: the pass went on, but say so
             log.warning("disk full", detail=note)
@@ -593,6 +592,16 @@ class Reconciler(Preview):
             for hook in self.after_pass:
                 hook(result, seconds)
         return result
+
+    @contextlib.contextmanager
+    def _rotating(self) -> Iterator[None]:
+        """Rotate the engines' logs as the pass ends, failed or not: a chatty engine's log
+        that filled the state dir's disk failed every pass at its first write, and the
+        rotation after it, which alone could make room, never came."""
+        try:
+            yield
+        finally:
+            logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
 
     def _load(self) -> LoadResult:
         """The manifests; a git source's only from a checkout at its applied commit. With

@@ -85,22 +85,33 @@ def release_for(path: Path) -> bool:
         ballast = _kept.get(os.stat(path.parent).st_dev)
         if ballast is None:
             return False
+        full, move = _ran_out(ballast.parent)  # before the unlink gives an inode back
         ballast.unlink()
     except OSError:
         return False
     _notes[str(ballast)] = (
-        f"the disk of {ballast.parent} is full: its reserve ({ballast}, 1 MiB) was "
-        "released so records can still be written; free some space there"
+        f"the disk of {ballast.parent} {full}: its reserve ({ballast}, 1 MiB) was "
+        f"released so records can still be written; {move}"
     )
     return True
 
 
 def dropped(path: Path) -> None:
     """An optional write (an event) was skipped on a full disk."""
+    full, move = _ran_out(path.parent)
     _notes[f"dropped {path.parent}"] = (
-        f"the disk of {path.parent} is full: events are not being recorded there; "
-        "free some space there"
+        f"the disk of {path.parent} {full}: events are not being recorded there; {move}"
     )
+
+
+def _ran_out(folder: Path) -> tuple[str, str]:
+    """What the disk of ``folder`` ran out of, and the move. Out of inodes, it has free
+    space (`df` shows it), and "free some space there" sent one looking for bytes."""
+    with contextlib.suppress(OSError):
+        disk = os.statvfs(folder)
+        if disk.f_files > 0 and disk.f_favail == 0:  # f_files 0: a disk without a count
+            return "has no free inode left (`df -i`)", "remove files there"
+    return "is full", "free some space there"
 
 
 def notes() -> list[str]:

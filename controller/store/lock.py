@@ -84,6 +84,19 @@ class FileLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    def still_at_path(self) -> bool:
+        """The file held is still the one at ``path``: False once the path is gone or names
+        another file (its folder removed and made again, another disk mounted over it), where
+        another process takes the lock on that file while this one holds its own."""
+        if self._fd is None:
+            return False
+        try:
+            there = os.stat(self.path)
+        except OSError:
+            return False
+        held = os.fstat(self._fd)
+        return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
+
     def holder(self) -> int | None:
         with contextlib.suppress(OSError, ValueError):
             return int(self.path.read_text().strip() or "x")

@@ -1,13 +1,15 @@
 """A record lost under a running daemon: quarantined (torn) or deleted by hand.
 
 A torn record's engine is adopted again by its marker (it keeps its pid, devices and
-port); a hand-deleted record's engine is reaped, and the daemon collects its child.
+port); a hand-deleted record's engine is reaped, and the daemon collects its child. The
+whole state dir gone (its disk unmounted) is no record deleted: nothing is reaped.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import urllib.request
 from typing import Any
 
@@ -48,6 +50,33 @@ def test_a_reaped_orphan_is_no_zombie(reconcile: Any, daemon: Any, finish: Any) 
     d.wait(lambda: proc_state(first) is None, "the reaped engine collected by its parent")
     reap = [e for e in rc.events("web") if e["action"] == "reap"]
     assert reap and str(first) in reap[0]["outcome"], reap
+    finish(d)
+
+
+def test_a_state_dir_gone_under_the_daemon_stops_no_engine_until_it_is_back(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """The state dir moved away (its disk unmounted, then mounted again): a pass made it
+    afresh, found no record, and stopped the healthy engine as one no record accounts for,
+    then started another. Passes wait for it now, saying why, and resume once it is back."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    d = daemon()  # no resync: passes come only when asked, none under the move
+    pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    d.wait(lambda: any("ready" in p["actions"] for p in d.passes()), "that pass's end")
+    away = rc.tmp / "unmounted"
+    rc.state.rename(away)
+    os.kill(d.pid, signal.SIGUSR1)  # a pass, now
+    (refused,) = d.wait(lambda: d.lines("pass refused"), "the pass refused")
+    assert f"the state dir {rc.state} was removed or replaced" in refused["reason"], refused
+    assert refused["next"].startswith("the engines run on, untouched: put the state dir back")
+    assert not rc.state.exists()  # nothing made afresh there
+    away.rename(rc.state)
+    os.kill(d.pid, signal.SIGUSR1)
+    d.wait(lambda: d.lines("passes go through again"), "passes resumed")
+    d.wait_pass(trigger="SIGUSR1")
+    assert rc.pids("web") == {pid} and ready_pid(rc, "web") == pid, "web untouched"
+    assert "reap" not in [e["action"] for e in rc.events("web")]
     finish(d)
 
 

@@ -36,6 +36,7 @@ import pytest
 from clients import stream_begun
 from procs import GATEWAY_MARKER, marked_pids
 
+from controller.cli.gateway.startlock import stopped
 from controller.store.config import accesstoken
 
 WAIT = 40.0
@@ -200,6 +201,29 @@ def test_a_wait_that_no_daemon_could_end_says_so(reconcile: Any, gateway: Any) -
     assert "is not Ready (Idle) within its readiness deadline (2s)" in message, message
     assert f"no daemon runs on its state dir ({reconcile.state})" in message, message
     assert "the operator starts the daemon, then retry" in message, message
+    g.finish()
+
+
+def test_a_wait_that_a_stopped_daemon_could_not_end_says_so(reconcile: Any, gateway: Any) -> None:
+    """A daemon SIGSTOPped (a debugger; a VM paused) holds its lock but starts nothing: the
+    503 after the wait said "retry later", as if the engine were on its way."""
+    quick = {"httpGet": {"path": "/health"}, "deadlineSeconds": 2, "periodSeconds": 0.2}
+    reconcile.write("lazy", activation="OnDemand", idleTimeout="10m", readiness=quick)
+    g = gateway()
+    g.wait_phase("lazy", "Idle")
+    g.proc.send_signal(signal.SIGSTOP)
+    try:
+        reconcile.wait_for(lambda: stopped(g.proc.pid), what="the daemon stopped")
+        answer = g.post("lazy")
+    finally:
+        g.proc.send_signal(signal.SIGCONT)
+    assert answer.status == 503, answer
+    message = answer.json()["error"]["message"]
+    assert "is not Ready (Idle) within its readiness deadline (2s)" in message, message
+    pid = g.proc.pid
+    assert f"the daemon (pid {pid}) on its state dir is stopped" in message, message
+    assert f"until the daemon runs again (kill -CONT {pid}), then retry" in message, message
+    g.wait_phase("lazy", "Ready")  # running again, it meets the demand the request left
     g.finish()
 
 

@@ -16,6 +16,7 @@ import os
 import signal
 from typing import Any
 
+from controller.cli.gateway.startlock import stopped
 from controller.gateway.lifecycle import registry
 
 WAIT = 40.0
@@ -83,4 +84,39 @@ def test_status_says_a_killed_gateway_is_restarting_until_its_successor_serves(
     )
     shown = reconcile("status", check=0).out.splitlines()
     assert shown[0].startswith(f"gateway: pid {second.ref.pid} serves "), shown
+    g.finish()
+
+
+def test_a_killed_gateway_whose_daemon_is_stopped_names_the_daemon_not_none(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The daemon SIGSTOPped (a debugger, a paused VM) when its gateway was killed: `gateway
+    status` said "no daemon started it again" and `status` "the daemon starts another",
+    though a daemon held the lock and nothing would start one until it ran again."""
+    reconcile.write("alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    first = g.serving()
+    g.proc.send_signal(signal.SIGSTOP)
+    try:
+        reconcile.wait_for(lambda: stopped(g.proc.pid), what="the daemon stopped")
+        os.kill(first.ref.pid, signal.SIGKILL)
+        reconcile.wait_for(lambda: g.serving_or_none() is None, timeout=WAIT, what="it gone")
+        shown = reconcile("gateway", "status", check=1).out
+        line = reconcile("status", check=0).out.splitlines()[0]
+    finally:
+        g.proc.send_signal(signal.SIGCONT)
+    pid = g.proc.pid
+    assert f"pid {first.ref.pid} ({first.address}), ended without stopping" in shown, shown
+    said = f"the daemon (pid {pid}) that starts it again is stopped (SIGSTOP, a debugger)"
+    assert said in shown and f"`kill -CONT {pid}`, and it starts one" in shown, shown
+    assert line == (
+        f"gateway: none serves (pid {first.ref.pid} at {first.address} ended without "
+        f"stopping; the daemon, pid {pid}, is stopped: kill -CONT)"
+    ), line
+    reconcile.wait_for(  # running again, it starts one
+        lambda: (s := g.serving_or_none()) is not None and s.ref.pid != first.ref.pid,
+        timeout=WAIT,
+        what="its successor",
+    )
     g.finish()

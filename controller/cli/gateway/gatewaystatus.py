@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK
+from controller.cli.gateway.startlock import stopped
 from controller.core.manifest.quantity import format_age
 from controller.core.statusjson import iso
 from controller.gateway.lifecycle import registry
@@ -35,8 +36,7 @@ def status(state_dir: Path, fmt: str) -> int:
     if crashed is not None:
         print(
             f"the last one, pid {crashed.ref.pid} ({crashed.address}), ended without stopping "
-            "(killed or crashed) and no daemon started it again: `reconcile gateway "
-            "restart` starts it (as does a daemon with --listen)"
+            f"(killed or crashed) and {_not_started_again(state_dir)}"
         )
     if found:
         print(f"{'PID':<8} {'ADDRESS':<22} {'VERSION':<10} {'AGE':<8} ROLE")
@@ -88,7 +88,10 @@ def summary(state_dir: Path, now: datetime | None = None) -> str | None:
     if last is None or last.alive():
         return None  # none ever, or the last one stopped cleanly (its exit took the file)
     ended = f"pid {last.ref.pid} at {last.address} ended without stopping"
-    if daemonset.daemon_pid(state_dir) is not None and not registry.stop_asked(state_dir):
+    daemon = daemonset.daemon_pid(state_dir)
+    if daemon and stopped(daemon):  # it starts another only once it runs again
+        return f"gateway: none serves ({ended}; the daemon, pid {daemon}, is stopped: kill -CONT)"
+    if daemon is not None and not registry.stop_asked(state_dir):
         # Its keeper forgot the crashed one's file and starts another (after a back-off):
         # for that second or more the line said nothing, as if no gateway were wanted.
         return f"gateway: restarting ({ended}; the daemon starts another)"
@@ -122,6 +125,20 @@ def none_runs(state_dir: Path) -> str:
     return (
         f"{head}: stopped by `reconcile gateway stop` at {at:%Y-%m-%d %H:%M:%S} UTC; a "
         f"daemon leaves it stopped until {moves}"
+    )
+
+
+def _not_started_again(state_dir: Path) -> str:
+    """Why a crashed gateway was not started again, and the move that starts it."""
+    daemon = daemonset.daemon_pid(state_dir)
+    if daemon and stopped(daemon):  # SIGSTOP holds its lock: "no daemon" was wrong
+        return (
+            f"the daemon (pid {daemon}) that starts it again is stopped (SIGSTOP, a "
+            f"debugger): `kill -CONT {daemon}`, and it starts one"
+        )
+    return (
+        "no daemon started it again: `reconcile gateway restart` starts it (as does a "
+        "daemon with --listen)"
     )
 
 

@@ -37,7 +37,7 @@ from controller.gateway.routing.table import HANDED_OVER, Table, Target
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting, sole
-from controller.host import bootclock
+from controller.host import bootclock, procstat
 from controller.logsetup import get_logger
 from controller.store.side import daemonset
 
@@ -302,7 +302,15 @@ class Forwarder:
         starts engines and records them Ready (the gateway outlives it), so "retry later"
         alone sent a client round while the operator learnt nothing."""
         state_dir = self.demand.state_dir
-        if daemonset.daemon_pid(state_dir) is not None:
+        pid = daemonset.daemon_pid(state_dir)
+        if pid is not None:
+            # One stopped (SIGSTOP, a debugger, a frozen VM) holds its lock, and starts nothing.
+            facts = procstat.stat(pid) if pid else None
+            if facts is not None and facts.state in ("T", "t"):
+                return (
+                    f"the daemon (pid {pid}) on its state dir is stopped (SIGSTOP, a debugger): "
+                    f"nothing starts it until the daemon runs again (kill -CONT {pid}), then retry"
+                )
             return "retry later"
         return (
             f"no daemon runs on its state dir ({state_dir}) to start it or find it Ready: "

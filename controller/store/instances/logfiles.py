@@ -26,6 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from controller.store import diskspace
+
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024  # Kubernetes' containerLogMaxSize
 DEFAULT_KEEP = 3  # backups: at most (KEEP + 1) x MAX_BYTES per deployment, plus one pass
 MARKER_HEAD = b"--- "
@@ -79,7 +81,11 @@ def stream_files(path: Path) -> list[Path]:
 
 
 def rotate(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP) -> bool:
-    """Copy-truncate ``path`` once it is over ``max_bytes``; True when it rotated."""
+    """Copy-truncate ``path`` once it is over ``max_bytes``; True when it rotated.
+
+    On a full disk the copy cannot be made and the file is truncated all the same, its
+    lines lost (said in a note): kept whole, the log that most likely filled the disk
+    went on filling it, and no pass could write a record again to restart anything."""
     try:
         if path.stat().st_size <= max_bytes:
             return False
@@ -87,9 +93,12 @@ def rotate(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_K
         return False
     _shift_backups(path, keep)
     with open(path, "r+b") as current:
-        if keep > 0:
-            _copy_to(current, backup(path, 1))
+        kept = keep <= 0 or _copied_to(current, backup(path, 1))
         current.truncate(0)  # right after the copy's last read: the window stays tiny
+    if not kept:
+        dropped = f"{path.name}'s lines since its last rotation were dropped"
+        with contextlib.suppress(OSError):  # a word, not worth failing the rotation for
+            write_note(path, f"{dropped}, not kept in {backup(path, 1).name}: its disk was full")
     return True
 
 
@@ -143,13 +152,22 @@ def _shift_backups(path: Path, keep: int) -> None:
             os.replace(backup(path, index), backup(path, index + 1))
 
 
-def _copy_to(source: BinaryIO, target: Path) -> None:
+def _copied_to(source: BinaryIO, target: Path) -> bool:
+    """Copy ``source`` to ``target``; False on a full disk, the partial copy removed (it
+    held the room the disk lacks)."""
     tmp = target.with_name(f".{target.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(source, out, BLOCK)
-        out.write(source.read())  # whatever the engine appended during the copy
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(source, out, BLOCK)
+            out.write(source.read())  # whatever the engine appended during the copy
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if diskspace.full(exc):
+            return False
+        raise
     os.replace(tmp, target)
+    return True
 
 
 def rotate_all(

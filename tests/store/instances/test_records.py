@@ -16,7 +16,7 @@ from typing import Any
 
 import missing
 import pytest
-from disks import fill, tmpfs
+from disks import fill, fill_inodes, tmpfs
 from fsevents import Writes
 from strategies import record
 
@@ -617,3 +617,18 @@ def test_a_full_disk_gives_up_the_ballast_for_a_record_then_fails_leaving_no_tmp
         (state / "filler").unlink()
         store.ensure()  # room again: the ballast is taken back
         assert (store.instances / ".reserve").exists()
+
+
+def test_a_disk_out_of_inodes_is_said_so_not_full(tmp_path: Path) -> None:
+    """Out of inodes, the disk has free bytes (`df` shows them): "full: free some space
+    there" sent the operator looking for bytes to free."""
+    with tmpfs(tmp_path / "state", "16m", inodes=200) as state:
+        store = RecordStore(state)
+        store.ensure()
+        diskspace.notes()  # none of an earlier test's
+        fill_inodes(state)
+        store.write(record("web", restarts=3))  # the ballast's inode
+        assert store.read("web") == record("web", restarts=3)
+        (note,) = diskspace.notes()
+        assert f"the disk of {store.instances} has no free inode left (`df -i`)" in note, note
+        assert note.endswith("; remove files there"), note
