@@ -133,7 +133,6 @@ def _hold_a_park(reconcile: Any, g: Any) -> None:
     last in-flight sample written."""
     g.wait_phase("lazy", "Idle")
     assert g.post("lazy").status == 200
-    answered = time.time()
     g.wait_phase("lazy", "Ready")
     _broken(reconcile, lines_before=0)  # kept running
     long_ago = Activation(last_request_at=datetime.now(UTC) - timedelta(hours=2))
@@ -143,22 +142,25 @@ def _hold_a_park(reconcile: Any, g: Any) -> None:
     _broken(reconcile, lines_before=2)  # no demand at all
     rec = reconcile.status("lazy")["lazy"]
     assert rec["phase"] == "Ready" and rec["pid"] in reconcile.pids("lazy"), rec
-    _last_sample_written(reconcile, answered)
+    _last_sample_written(reconcile)
 
 
-def _last_sample_written(reconcile: Any, answered: float) -> None:
-    """The gateway's in-flight sample taken after the request was ``answered`` (Unix
-    seconds) is on disk: it covers the request's end (the gateway counts a request out in
-    the loop's step that sends its answer, forwarding.py), so no later one is written."""
+def _last_sample_written(reconcile: Any) -> None:
+    """The gateway's in-flight sample that counts the request out is on disk: the writer
+    writes none after it (the next look finds the deployment idle and forgets it). That
+    sample is the one whose mean is under 1: the request was in flight for part of its
+    second only, where each sample it was in flight all along reads exactly 1 (the same
+    span divided by itself). A time would race: the sample may be taken between the
+    gateway's answer and the client's reading of it."""
 
     def written() -> bool:
         return any(
-            figure.deployment == "lazy" and figure.samples[-1].at >= answered
+            figure.deployment == "lazy" and figure.samples[-1].mean < 1.0
             for figure in inflight_figures.read_all(reconcile.state, peek=True)
             if figure.samples
         )
 
-    reconcile.wait_for(written, what="the gateway's last in-flight sample of the request")
+    reconcile.wait_for(written, what="the in-flight sample that counts the request out")
 
 
 def _broken(reconcile: Any, lines_before: int) -> None:
