@@ -170,3 +170,23 @@ def test_the_writer_makes_its_folder_at_its_start_not_in_a_request_s_tail(
         assert ("inflight", "web.77.json", "moved_to") in events, events
 
     asyncio.run(check())
+
+
+def test_the_writer_s_start_makes_no_state_dir_that_is_gone(tmp_path: Path) -> None:
+    """A gateway ends once its state dir is gone: its writer's start must not make it
+    again (its folder is made alone, not with its parents)."""
+
+    async def check() -> None:
+        load = InflightCounts()
+        idle = load.on_busy
+        running = asyncio.create_task(InflightWriter(tmp_path / "gone", load, writer="77").run())
+        deadline = time.monotonic() + WAIT
+        while load.on_busy is idle:
+            assert time.monotonic() < deadline, "the writer did not start"
+            await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(check())
+    assert list(tmp_path.iterdir()) == []

@@ -25,7 +25,6 @@ from pathlib import Path
 from controller.core.scaling.inflight import Inflight, Sample
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.logsetup import get_logger
-from controller.store import sidefiles
 from controller.store.side import inflight as store
 from controller.store.statedir import StateDir
 
@@ -131,10 +130,11 @@ class InflightWriter:
         request's sample, it was a new entry in the state dir's top folder, which this
         gateway watches (for ``drain.json``), so its watch threads woke in that request's
         tail too (the idle test's held case). A folder it cannot make is said by the
-        first write, as any other failure to write."""
+        first write, as any other failure to write; a state dir gone is not made again
+        (the gateway ends when it is gone)."""
         store.prune(self.state_dir, time.time(), PRUNE_AFTER)
         with contextlib.suppress(OSError):
-            sidefiles.folder_for_write(StateDir(self.state_dir).inflight)
+            StateDir(self.state_dir).inflight.mkdir(mode=0o700)
 
     async def flush(self) -> None:
         loop = asyncio.get_running_loop()
