@@ -88,9 +88,10 @@ GATEWAY_MAX = (TURNS + SLACK) / WINDOW
 RENDER_MARGIN = 1.0  # seconds: a render may come that much before 30 s after the write
 DAEMON_MAX = 1.0  # ... with --resync 1h (what is left: 0; before: ~2)
 AFTER_REQUEST = 3  # the held case's lone wakes of the loop once the request's last
-# in-flight sample is written: the writer's next look (it forgets the deployment), the
-# page's last traffic sample, and 15 s after their last use the engine connections
-# closed (the request's, the /metrics reader's): a window holds the first two or the last
+# in-flight sample is written: the writer's next look (it forgets the deployment) and the
+# page's last two traffic samples, 1-2 s after the request, or 15 s after their last use
+# the engine connections closed (the request's, the /metrics reader's): no window of 10 s
+# holds both
 SETTLED = 3  # the daemon's wake-ups in a second once its start is over (during it: 20+)
 PASSES_MAX = 1  # passes in the window (none is due with --resync 1h; a loop: thousands)
 BROKEN = "kind: Deployment\nmetadata: [\n"  # invalid YAML: invariant 4 keeps the engine
