@@ -26,18 +26,20 @@ Beside a Ready engine it has forwarded a request to (the held case) the gateway 
 1.7-1.8 times a second here and 3.4-3.7 in a CI run: its pool of engine connections was
 swept every 5 s for good from that request on, and the page's traffic sampler took 4
 samples more than it needed after it (both fixed: tests/gateway/test_upstream_client.py,
-tests/ui/test_traffic.py). It then read 1.8-2.5 on an idle box (0.2-0.4 on a loaded
-one): the window fell on the request's last in-flight sample (``inflight.INTERVAL``, a
-second after the request, in the autoscaler's ``inflight/`` file), when the test's
-settling (three passes, the daemon's second) took less than that second, as on an idle
-box. That sample is needed (the autoscaler reads the request's last second from it)
-and costs 13 switches (counted 2026-12-07): a worker's 10 (its job's wake, and the
-disk waits of a file written and synced, renamed, its folder synced: 8 in a lone
-thread), the loop's 3; the first request's made ``inflight/`` too, in the top folder
-the gateway watches, waking its 5 watch threads (made at its start now:
-tests/gateway/test_inflight_file.py). The window starts once that sample is written
-(``_last_sample_written``): what is left after it is ``AFTER_REQUEST``'s lone wakes of
-the loop on top of what bounds the no-request cases.
+tests/ui/test_traffic.py). It then read 1.7-2.5 on an idle box (0.2-0.4 on a loaded
+one): the window fell on the request's last writes, whenever the test's settling (three
+passes, the daemon's second) was quicker than they are, as on an idle box. Both are
+needed, and both are a worker's job: the in-flight sample that counts the request out
+(``inflight.INTERVAL``, a second after it: the autoscaler reads its last second from
+it), 13 switches (counted 2026-12-07: the worker's 10, its job's wake and the disk waits
+of a file written and synced, renamed, its folder synced, 8 in a lone thread; the
+loop's 3), and the metrics text that counts it (rendered at most every
+``METRICS_PERIOD``: where the passes' turns all came within that, it waits for the next
+guard turn, up to 5 s later), 19 switches. The first request's sample made
+``inflight/`` too, in the top folder the gateway watches, waking its 5 watch threads
+(made at its start now: tests/gateway/test_inflight_file.py). The window starts once
+both are written (``_request_tail_written``): what is left is ``AFTER_REQUEST``'s lone
+wakes of the loop on top of what bounds the no-request cases.
 
 A held park once looped: the daemon armed a pass at once (a timeout out, or no demand:
 0 s) for an OnDemand engine the pass had left holding, and that pass held it again,
@@ -95,6 +97,7 @@ AFTER_REQUEST = 3  # the held case's lone wakes of the loop once the request's l
 SETTLED = 3  # the daemon's wake-ups in a second once its start is over (during it: 20+)
 PASSES_MAX = 1  # passes in the window (none is due with --resync 1h; a loop: thousands)
 BROKEN = "kind: Deployment\nmetadata: [\n"  # invalid YAML: invariant 4 keeps the engine
+COUNTED = 'reconcile_gateway_requests_total{deployment="lazy",key="-"} 1.0'  # the request
 
 
 def _script() -> ModuleType:
@@ -143,25 +146,33 @@ def _hold_a_park(reconcile: Any, g: Any) -> None:
     _broken(reconcile, lines_before=2)  # no demand at all
     rec = reconcile.status("lazy")["lazy"]
     assert rec["phase"] == "Ready" and rec["pid"] in reconcile.pids("lazy"), rec
-    _last_sample_written(reconcile)
+    _request_tail_written(reconcile)
 
 
-def _last_sample_written(reconcile: Any) -> None:
-    """The gateway's in-flight sample that counts the request out is on disk: the writer
-    writes none after it (the next look finds the deployment idle and forgets it). That
-    sample is the one whose mean is under 1: the request was in flight for part of its
-    second only, where each sample it was in flight all along reads exactly 1 (the same
-    span divided by itself). A time would race: the sample may be taken between the
-    gateway's answer and the client's reading of it."""
+def _request_tail_written(reconcile: Any) -> None:
+    """The request's last writes done: the gateway's in-flight sample that counts it out
+    (none is written after it: the next look finds the deployment idle and forgets it),
+    and its metrics text counting it (none is rendered after it until METRICS_RESYNC:
+    ``_gateway_max``). That sample is the one whose mean is under 1, the request in
+    flight for part of its second only, where each sample it was in flight all along
+    reads exactly 1 (the same span divided by itself). A time would race: the sample may
+    be taken between the gateway's answer and the client's reading of it."""
 
-    def written() -> bool:
+    def sampled() -> bool:
         return any(
             figure.deployment == "lazy" and figure.samples[-1].mean < 1.0
             for figure in inflight_figures.read_all(reconcile.state, peek=True)
             if figure.samples
         )
 
-    reconcile.wait_for(written, what="the in-flight sample that counts the request out")
+    def counted() -> bool:
+        with contextlib.suppress(FileNotFoundError):
+            text = registry.metrics_path(reconcile.state).read_text()
+            return COUNTED in text
+        return False
+
+    reconcile.wait_for(sampled, what="the in-flight sample that counts the request out")
+    reconcile.wait_for(counted, what="the gateway's metrics text counting the request")
 
 
 def _broken(reconcile: Any, lines_before: int) -> None:
