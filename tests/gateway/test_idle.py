@@ -134,7 +134,7 @@ def _hold_a_park(reconcile: Any, g: Any) -> None:
     """An OnDemand engine Ready, its manifest then broken (kept running: invariant 4),
     then its last request older than its idleTimeout, then its demand file gone: each a
     park that a pass (one a manifest's edit asks for) plans and holds; then the request's
-    last in-flight sample written."""
+    last writes done."""
     g.wait_phase("lazy", "Idle")
     assert g.post("lazy").status == 200
     g.wait_phase("lazy", "Ready")
