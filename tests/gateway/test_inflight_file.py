@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
+from fsevents import Writes
 
 from controller.core.scaling.inflight import Inflight, Sample, average, peak
 from controller.gateway.accounting.inflight import InflightCounts, InflightWriter
 from controller.store.side import inflight as store
 
+WAIT = 30.0  # seconds a loaded box may take to run the writer's start on a worker thread
 WEB = Inflight("web", "101", (Sample(100.0, 1.0, 2.0, 3), Sample(101.0, 1.0, 4.0, 6)))
 
 
@@ -136,3 +139,54 @@ def test_the_writer_writes_busy_deployments_only_and_removes_its_files(tmp_path:
         assert store.read_all(tmp_path) == []
 
     asyncio.run(check())
+
+
+def test_the_writer_makes_its_folder_at_its_start_not_in_a_request_s_tail(
+    tmp_path: Path,
+) -> None:
+    """The first request's sample made ``inflight/``, a new entry in the state dir's top
+    folder, which the gateway watches for ``drain.json``: its watch threads woke in that
+    request's tail (the idle test's held case counted them). The writer makes it at its
+    start now: a request's sample writes in ``inflight/`` alone."""
+
+    async def check() -> None:
+        load = InflightCounts()
+        idle = load.on_busy
+        writer = InflightWriter(tmp_path, load, writer="77")
+        running = asyncio.create_task(writer.run())
+        deadline = time.monotonic() + WAIT
+        while load.on_busy is idle:  # its start's job not done yet
+            assert time.monotonic() < deadline, "the writer did not start"
+            await asyncio.sleep(0.01)
+        with Writes(tmp_path) as writes:
+            load.add("web", 1)
+            load.add("web", -1)
+            await writer.flush()
+            events = writes.taken()
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert [e for e in events if e[0] == "."] == [], events
+        assert ("inflight", "web.77.json", "moved_to") in events, events
+
+    asyncio.run(check())
+
+
+def test_the_writer_s_start_makes_no_state_dir_that_is_gone(tmp_path: Path) -> None:
+    """A gateway ends once its state dir is gone: its writer's start must not make it
+    again (its folder is made alone, not with its parents)."""
+
+    async def check() -> None:
+        load = InflightCounts()
+        idle = load.on_busy
+        running = asyncio.create_task(InflightWriter(tmp_path / "gone", load, writer="77").run())
+        deadline = time.monotonic() + WAIT
+        while load.on_busy is idle:
+            assert time.monotonic() < deadline, "the writer did not start"
+            await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(check())
+    assert list(tmp_path.iterdir()) == []

@@ -14,6 +14,7 @@ one sample per deployment and signal, the mean over the instances that stated it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import secrets
@@ -25,6 +26,7 @@ from controller.core.scaling.inflight import Inflight, Sample
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.logsetup import get_logger
 from controller.store.side import inflight as store
+from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")
 
@@ -110,8 +112,7 @@ class InflightWriter:
 
     async def run(self) -> None:
         """Until cancelled; then its files go (its requests are no one's load any more)."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, store.prune, self.state_dir, time.time(), PRUNE_AFTER)
+        await asyncio.get_running_loop().run_in_executor(None, self._start)
         busy = asyncio.Event()
         self.load.on_busy = busy.set
         try:
@@ -123,6 +124,17 @@ class InflightWriter:
                 await self.flush()
         finally:
             store.forget(self.state_dir, self.writer)
+
+    def _start(self) -> None:
+        """A crashed gateway's files pruned, and the folder made now: made by the first
+        request's sample, it was a new entry in the state dir's top folder, which this
+        gateway watches (for ``drain.json``), so its watch threads woke in that request's
+        tail too (the idle test's held case). A folder it cannot make is said by the
+        first write, as any other failure to write; a state dir gone is not made again
+        (the gateway ends when it is gone)."""
+        store.prune(self.state_dir, time.time(), PRUNE_AFTER)
+        with contextlib.suppress(OSError):
+            StateDir(self.state_dir).inflight.mkdir(mode=0o700)
 
     async def flush(self) -> None:
         loop = asyncio.get_running_loop()
