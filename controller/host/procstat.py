@@ -36,14 +36,8 @@ def stat(pid: int) -> Stat | None:
     if procpsutil.ACTIVE:
         facts = procpsutil.stat(pid)
         return None if facts is None else Stat(*facts)
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
-    if len(fields) < 20:
+    fields = _fields(pid)
+    if fields is None or len(fields) < 20:
         return None
     # fields[0] is field 3 (state), [1] field 4 (ppid), [19] field 22 (start time).
     ticks = int(fields[19])
@@ -58,14 +52,24 @@ def exiting(pid: int) -> bool:
     if procpsutil.ACTIVE:
         st = stat(pid)
         return st is not None and st.state == "Z"
+    fields = _fields(pid)
+    # fields[0] is field 3 (state), [6] field 9 (flags).
+    return (
+        fields is not None
+        and len(fields) > 6
+        and (fields[0] == b"Z" or int(fields[6]) & PF_EXITING != 0)
+    )
+
+
+def _fields(pid: int) -> list[bytes] | None:
+    """``/proc/<pid>/stat``'s fields from the third (state) on; None: gone or unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
-        return False
-    fields = data[data.rfind(b")") + 2 :].split()
-    # fields[0] is field 3 (state), [6] field 9 (flags).
-    return len(fields) > 6 and (fields[0] == b"Z" or int(fields[6]) & PF_EXITING != 0)
+        return None
+    # The name (field 2) may hold spaces and parentheses: split after its last ')'.
+    return data[data.rfind(b")") + 2 :].split()
 
 
 def boot_time() -> float:

@@ -133,6 +133,20 @@ def test_logs_follow_reaches_every_replica(replicated: Any) -> None:
         ), out
 
 
+def _follow_web(rc: Any, first: bytes) -> tuple[subprocess.Popen[bytes], bytearray, Path]:
+    """`logs web -f` started, its output read until ``first``: (it, what it printed, the
+    file its stderr goes to)."""
+    err = rc.tmp / "follow.err"
+    with open(err, "wb") as errors:
+        follow = rc.spawn(
+            rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE, stderr=errors, bufsize=0
+        )
+    assert follow.stdout is not None
+    got = bytearray()
+    assert _read_until(follow.stdout, got, first, 30), got
+    return follow, got, err
+
+
 def _read_until(out: IO[bytes], got: bytearray, wanted: bytes, seconds: float) -> bool:
     """Read ``out`` into ``got`` until ``wanted`` is in it or ``seconds`` pass."""
     deadline = time.monotonic() + seconds
@@ -160,14 +174,7 @@ def test_logs_follow_picks_up_a_replica_added_after_it_started(one_of_two: Any) 
     """`logs -f web` listed web's replicas once, at its start: a scale-up's web@1 was
     never shown (stern shows it); now it is, from its start, and its end is said."""
     rc = one_of_two
-    err = rc.tmp / "follow.err"
-    with open(err, "wb") as errors:
-        follow = rc.spawn(
-            rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE, stderr=errors, bufsize=0
-        )
-    assert follow.stdout is not None
-    got = bytearray()
-    assert _read_until(follow.stdout, got, b"reconcile: start web instance", 30), got
+    follow, got, err = _follow_web(rc, b"reconcile: start web instance")
     rc.write("web", replicas=2, devices={"count": 1, "kind": "nvidia"})
     rc.converge()
     port = rc.record("web@1")["port"]
@@ -354,14 +361,7 @@ def test_logs_follow_goes_on_with_a_replica_that_ends_and_comes_back(one_of_two:
     rc = one_of_two
     rc.write("web", replicas=2, devices={"count": 1, "kind": "nvidia"})
     rc.converge()
-    err = rc.tmp / "follow.err"
-    with open(err, "wb") as errors:
-        follow = rc.spawn(
-            rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE, stderr=errors, bufsize=0
-        )
-    assert follow.stdout is not None
-    got = bytearray()
-    assert _read_until(follow.stdout, got, b"web@1 | ", 30), got
+    follow, got, err = _follow_web(rc, b"web@1 | ")
     daemon = rc.daemon("--resync", "1h")
     try:
         later = _killed_then_scaled_away_and_back(rc, follow.stdout, got, err)
