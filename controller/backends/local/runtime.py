@@ -253,7 +253,7 @@ class LocalBackend:
         # One node: the new engine starts where the running one runs.
         return None if spec.container is None else self.containers.prepared(spec)
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1, ahead: int = 0) -> ImageWait | None:
         # One node: the image is here or not for every instance alike.
         why = None if spec.container is None else self.containers.fetching(spec)
         return None if why is None else ImageWait(why)

@@ -107,13 +107,13 @@ class RayBackend(OnTheirNodes):
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count, spec.node_selector)
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1, ahead: int = 0) -> ImageWait | None:
         """Why a start waits for its image on a node it may run on (imagefetch.py): it
         is placed, and preempts, only once the image is there."""
         if spec.container is None:
             return None
         below = {node for node, priority in self._holding if priority < spec.priority}
-        return self._images.fetching(spec, starting, below)
+        return self._images.fetching(spec, starting, below, ahead)
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         """The image's pull on that node, holding no GPU (imagefetch.py)."""

@@ -102,12 +102,13 @@ class ImageFetch:
         self._lacking: dict[str, set[str]] = {}
 
     def fetching(
-        self, spec: DeploymentSpec, starting: int, below: Collection[str]
+        self, spec: DeploymentSpec, starting: int, below: Collection[str], ahead: int = 0
     ) -> ImageWait | None:
         """Why a start of ``spec`` waits for its image on a node that may run it: one of
-        ``starting`` instances, where ``below`` are the nodes of lower-priority engines;
-        with how many may go meanwhile into the room of the nodes that hold it."""
-        nodes = self._nodes(spec, starting, below)
+        ``starting`` instances, where ``below`` are the nodes of lower-priority engines
+        and ``ahead`` the GPUs the pass's starts placed before them may take; with how
+        many may go meanwhile into the room of the nodes that hold it."""
+        nodes = self._nodes(spec, starting, below, ahead)
         if not nodes:  # no node can take it: the placement says so
             return None
         key, count = image_key(spec), spec.devices.count
@@ -207,14 +208,18 @@ class ImageFetch:
         )
 
     def _nodes(
-        self, spec: DeploymentSpec, starting: int, below: Collection[str]
+        self, spec: DeploymentSpec, starting: int, below: Collection[str], ahead: int = 0
     ) -> list[cluster.Node]:
         """The nodes ``starting`` instances of ``spec`` may run on: the best one, and
         when the room there is cannot take them all, every node with room and every node
-        of ``below`` (the nodes of lower-priority engines), where one preempting lands."""
+        of ``below`` (the nodes of lower-priority engines), where one preempting lands.
+        The room is what ``ahead`` GPUs (the pass's starts placed first) leave of it:
+        counted for this deployment alone, a start whose room a higher one took preempted
+        on a node never looked at."""
         fits = self._fits(spec)
         count = spec.devices.count
-        room = sum(int(n.free_gpus // count) for n in fits) if count else starting
+        taken = -(-ahead // count) if count else 0  # instances' room, rounded up
+        room = sum(int(n.free_gpus // count) for n in fits) - taken if count else starting
         if not fits or room >= starting:
             return fits[:1]
         roomy = [n for n in fits if n.free_gpus >= count] or fits[:1]  # best first
