@@ -8,7 +8,7 @@ the planner reads them as observations (:class:`PullView`, keyed by cache key), 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -132,6 +132,10 @@ class PullView:
     running: bool = False
     progress: PullProgress | None = None
     failure: PullFailure | None = None
+    # A cluster's nodes that hold the files (as its devices name them: Device.node); the
+    # plan takes their devices first, where the engine can run from them at once. Empty:
+    # one node's cache (every device alike), or none holds them yet.
+    nodes: frozenset[str] = frozenset()
 
     def failure_for(self, origin: str | None) -> PullFailure | None:
         """The failure as it bears on a source fetched from ``origin``: none when it was
@@ -140,6 +144,13 @@ class PullView:
         if failure is None or None in (failure.origin, origin) or failure.origin == origin:
             return failure
         return None
+
+
+def holding(key: str | None, pulls: Mapping[str, PullView]) -> frozenset[str]:
+    """The nodes holding the files of the source cached as ``key`` (none: no source, or
+    no cluster's note of them)."""
+    view = pulls.get(key) if key is not None else None
+    return view.nodes if view is not None else frozenset()
 
 
 def size_text(n: float) -> str:

@@ -60,7 +60,7 @@ from controller.core.manifest.specs import (
     with_secrets,
 )
 from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
-from controller.core.pulls import PullView
+from controller.core.pulls import PullView, holding
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
 from controller.errors import ConfigError
 from controller.host import bootclock, gpuhealth
@@ -870,7 +870,8 @@ class Reconciler(Preview):
                 current = fresh.records.get(start.name)
                 if current is not None and not _unplaced(current):
                     continue  # another pass placed it meanwhile
-                taken, refused = self._lease(start, ledger)
+                near = holding(_source_key(start), observed.pulls)  # as the plan had them
+                taken, refused = self._lease(start, ledger, near)
                 taken = count_kept(current, taken)
                 record = taken.record if isinstance(taken, Lease) else taken
                 if is_next(start.name) and not isinstance(taken, Lease):
@@ -883,7 +884,9 @@ class Reconciler(Preview):
             failpoints.hit("reconciler.reserve.before_release")
         return out
 
-    def _lease(self, start: Start, ledger: Ledger) -> tuple[Lease | Record, bool]:
+    def _lease(
+        self, start: Start, ledger: Ledger, near: frozenset[str]
+    ) -> tuple[Lease | Record, bool]:
         """A reservation taken in ``ledger``, or a Pending record saying why not.
 
         The flag is True when the recipe refused the spec (no placement can help).
@@ -891,7 +894,7 @@ class Reconciler(Preview):
         short = self.backend.unplaceable(start.entry.deployment.spec)
         if short is not None:  # the cluster has no room: same as a recipe refusal, no rounds
             return self.maker.pending(start.entry, short, name=start.name), True
-        placed = self._place(start, ledger)
+        placed = self._place(start, ledger, near)
         if isinstance(placed, Unplaced):
             return self.maker.pending(start.entry, placed.reason, name=start.name), False
         try:
@@ -908,12 +911,13 @@ class Reconciler(Preview):
         ledger.take(start.name, placed.devices, placed.ports, record.shareable, record.memory)
         return lease, False
 
-    def _place(self, start: Start, ledger: Ledger) -> Placed | Unplaced:
+    def _place(self, start: Start, ledger: Ledger, near: frozenset[str]) -> Placed | Unplaced:
         spec = start.entry.deployment.spec
         inventory = only_kinds(self.inventory, kinds_of(start.devices))  # the plan's kinds
         extra = extra_ports().get(spec.engine, 0)
-        # As the planner placed it: replicas apart, selector-bound nodes last.
-        spread = Spread(start.entry.name, self._selectors)
+        # As the planner placed it: replicas apart, selector-bound nodes last, the nodes
+        # holding its files first.
+        spread = Spread(start.entry.name, self._selectors, near)
         placed = place(spec, inventory, ledger, extra, spread=spread)
         bindable = self.backend.port_bindable
         while isinstance(placed, Placed) and not all(map(bindable, placed.ports)):
@@ -1129,6 +1133,11 @@ def _held_note(result: PassResult) -> dict[str, str]:
         for name, why in failing.items()
         if name in serving
     }
+
+
+def _source_key(start: Start) -> str | None:
+    source = start.entry.deployment.spec.source
+    return source.key if source is not None else None
 
 
 def _unplaced(rec: Record) -> bool:
