@@ -251,9 +251,8 @@ class RayBackend(OnTheirNodes):
         key = entry.deployment.spec.source.key
         pulling = self._puller.pulling_on(key)
         node = next((n for n in room if n.node_id == pulling), None)
-        node = node or next((n for n in room if n.node_id == planned), None)
-        if node is None:
-            node = min(room, key=lambda n: (-n.free_gpus, n.node_id))
+        if node is None:  # the plan's node, else the roomiest
+            node = min(room, key=lambda n: (n.node_id != planned, -n.free_gpus, n.node_id))
             self._puller.start_on(entry, (entry.name,), node)
         raise PullingFirst(
             f"its model files are on node {on}, {why}: pulling them to "
