@@ -158,6 +158,12 @@ class Backend(Protocol):
         deployment's."""
         ...
 
+    def image_nodes(self, spec: DeploymentSpec) -> frozenset[str]:
+        """The nodes (as a cluster's devices name them: ``Device.node``) the last
+        ``fetching`` found ``spec``'s image on: the plan takes their devices first, and
+        the launch goes where it put them. Empty: one node, or none known."""
+        ...
+
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         """Fetch what ``fetching`` found missing (start its pull): None when it is there
         now, else the wait, or why it could not be fetched (``failed``: said once)."""

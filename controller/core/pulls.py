@@ -8,7 +8,7 @@ the planner reads them as observations (:class:`PullView`, keyed by cache key), 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -144,13 +144,6 @@ class PullView:
         if failure is None or None in (failure.origin, origin) or failure.origin == origin:
             return failure
         return None
-
-
-def holding(key: str | None, pulls: Mapping[str, PullView]) -> frozenset[str]:
-    """The nodes holding the files of the source cached as ``key`` (none: no source, or
-    no cluster's note of them)."""
-    view = pulls.get(key) if key is not None else None
-    return view.nodes if view is not None else frozenset()
 
 
 def size_text(n: float) -> str:

@@ -70,7 +70,7 @@ def failing(
 
 def fetching(
     backend: Backend, desired: Desired, records: Mapping[str, RecordView], now: datetime
-) -> dict[str, ImageWait]:
+) -> tuple[dict[str, ImageWait], dict[str, frozenset[str]]]:
     """Deployment -> why its start waits for what the backend fetches first (its image;
     ``Observed.fetching``). Asked only of deployments that may be placed now (an
     instance with no record, Pending, Pulling, Idle, or whose back-off holding nothing
@@ -78,7 +78,8 @@ def fetching(
     its rolling update, whose words say the pull comes first: on a cluster, on the node
     the look picked, where the launch goes). Once per deployment, with how many of its
     instances may start and the devices the starts placed before them may take (a
-    cluster looks wider when they may not all fit without preempting)."""
+    cluster looks wider when they may not all fit without preempting). With it,
+    deployment -> the nodes its look found the image on (``Observed.images_on``)."""
     instances = desired.instances()
     # a rolling update's `@next` whose pull failed is placed afresh after its back-off too
     nexts = {n: instances[instance_of(n)] for n in records if instance_of(n) in instances}
@@ -88,6 +89,7 @@ def fetching(
         if _may_start(rec, now) or _rolls(rec, entry, records):
             starting.setdefault(entry.name, []).append(entry)
     out: dict[str, ImageWait] = {}
+    on: dict[str, frozenset[str]] = {}
     ahead = 0  # the devices the starts the planner places first may take (any spec's)
     for name, entries in sorted(starting.items(), key=_placed_first):
         spec = entries[0].deployment.spec
@@ -95,8 +97,10 @@ def fetching(
             why = backend.fetching(spec, len(entries), ahead)
             if why is not None:
                 out[name] = why
+            if nodes := backend.image_nodes(spec):
+                on[name] = nodes
         ahead += spec.devices.count * len(entries)
-    return out
+    return out, on
 
 
 def _placed_first(item: tuple[str, list[Entry]]) -> tuple[int, str]:

@@ -45,6 +45,7 @@ from controller.core.devices.placement import (
     Unplaced,
     bound_selectors,
     ledger_for,
+    near_of,
     place,
 )
 from controller.core.engines import MODULES, RecipeError, recipe_for
@@ -60,7 +61,7 @@ from controller.core.manifest.specs import (
     with_secrets,
 )
 from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
-from controller.core.pulls import PullView, holding
+from controller.core.pulls import PullView
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
 from controller.errors import ConfigError
 from controller.host import bootclock, gpuhealth
@@ -284,6 +285,8 @@ class Preview:
         # (a CI job) is planned as unchanged, not invalid. None (a pass, status): invalid,
         # so no engine starts without its secrets.
         self.unread_secrets: dict[str, list[Unread]] | None = None
+        # The last plan's `Observed.images_on`: the act side places as the plan did.
+        self.images_on: dict[str, frozenset[str]] = {}
 
     def desired(self, loaded: LoadResult) -> Desired:
         # spec.envFrom read here, at the edge: the planner sees a hash. As root its files
@@ -443,12 +446,12 @@ class Preview:
         desired = replace(desired, activations=demand)
         now = datetime.now(UTC)
         observed = _rekeyed(desired, observed)  # a preview's: a pass wrote them first (_rekey)
-        waits = pulling.fetching(self.backend, desired, observed.records, now)
+        waits, self.images_on = pulling.fetching(self.backend, desired, observed.records, now)
         asked = [] if self.backend.places_engines else _own_ports(desired)
         holders = port_holders(asked, observed.listening)
         return plan(
             desired,
-            replace(observed, fetching=waits, port_holders=holders),
+            replace(observed, fetching=waits, images_on=self.images_on, port_holders=holders),
             self.inventory,
             now,
             extra_ports=extra_ports(),
@@ -870,7 +873,7 @@ class Reconciler(Preview):
                 current = fresh.records.get(start.name)
                 if current is not None and not _unplaced(current):
                     continue  # another pass placed it meanwhile
-                near = holding(_source_key(start), observed.pulls)  # as the plan had them
+                near = near_of(start.entry, observed.pulls, self.images_on)  # as plan had them
                 taken, refused = self._lease(start, ledger, near)
                 taken = count_kept(current, taken)
                 record = taken.record if isinstance(taken, Lease) else taken
@@ -1133,11 +1136,6 @@ def _held_note(result: PassResult) -> dict[str, str]:
         for name, why in failing.items()
         if name in serving
     }
-
-
-def _source_key(start: Start) -> str | None:
-    source = start.entry.deployment.spec.source
-    return source.key if source is not None else None
 
 
 def _unplaced(rec: Record) -> bool:

@@ -49,6 +49,7 @@ from controller.core.actions import (
     Stop,
 )
 from controller.core.devices.capacity import Limits
+from controller.core.devices.inventory import Device, Inventory
 from controller.core.imagepulls import ImageWait
 from controller.core.manifest.names import replica_name
 from controller.core.manifest.specs import Entry, next_name, spec_hash
@@ -454,6 +455,18 @@ def test_a_start_into_its_images_room_refused_by_a_limit_says_the_limit() -> Non
     assert kind is Hold, got
     assert why.startswith("node limit maxInstances=1 reached (running: b): remove a manifest")
     assert why.endswith(f"; {NOT_THE_IMAGE} ({ON_BARE.why})"), why
+
+
+def test_a_start_is_planned_on_a_node_its_image_was_found_on() -> None:
+    """A cluster's look found a's image on node n2 (``Observed.images_on``): the plan
+    takes its GPU, not the first free one (the launch went to n2, `plan` said n1)."""
+    nodes = ("n1", "n2", "n3")
+    inv = Inventory(tuple(Device(kind="nvidia", id=f"{n}/0", node=n) for n in nodes), "ray")
+    (alone,) = plan(desired(a_gpu), observed(), inv, NOW)
+    assert isinstance(alone, Start) and alone.devices == ("nvidia:n1/0",), alone.describe()
+    seen = observed(images_on={"a": frozenset({"n2"})})
+    (start,) = plan(desired(a_gpu), seen, inv, NOW)
+    assert isinstance(start, Start) and start.devices == ("nvidia:n2/0",), start.describe()
 
 
 @pytest.mark.parametrize("case", FETCH_CASES)

@@ -444,6 +444,36 @@ def test_the_replica_that_fits_where_its_image_is_starts_while_the_one_to_preemp
         _all_down(rc, pids)
 
 
+def test_plan_puts_a_start_where_its_image_is_and_the_pass_runs_it_there(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """The image's note names a node that holds it and is not the first free one in
+    device order (an earlier pass's pull there): the look went there, and the launch
+    too, while `plan` put `web` on the first free GPU: `plan` said one node and the pass
+    used another. The plan takes the GPUs of the nodes the look found the image on
+    first (``Observed.images_on``), and the pass runs it where `plan` said."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    live = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+    noted = max(n["NodeID"] for n in live)  # the last in device order (keyed by node)
+    note = rc.state / "images" / "ray-nodes.json"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text(json.dumps({"version": 1, "nodes": {f"podman {podman.image}": noted}}))
+    container = {"image": podman.image, "runtime": "podman"}
+    try:
+        rc.write("web", command=STANDIN, container=container, devices=GPU,
+                 stopGracePeriodSeconds=2)  # fmt: skip
+        planned = [line for line in rc("plan", check=2).out.splitlines() if "web" in line]
+        assert len(planned) == 1 and f"nvidia:{noted[:8]}/0" in planned[0], (planned, noted)
+        rc.converge(timeout="120s")
+        web = rc.record("web")
+        assert web is not None and web["phase"] == "Ready" and web["node"] == noted, web
+    finally:
+        _all_down(rc)
+
+
 def test_a_start_whose_room_a_higher_start_takes_preempts_no_ray_engine_for_its_image(
     cluster: Any,
     reconcile: Reconcile,

@@ -258,6 +258,9 @@ class LocalBackend:
         why = None if spec.container is None else self.containers.fetching(spec)
         return None if why is None else ImageWait(why)
 
+    def image_nodes(self, spec: DeploymentSpec) -> frozenset[str]:
+        return frozenset()  # one node: its devices name none
+
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         return None if spec.container is None else self.containers.fetch(spec)
 

@@ -115,6 +115,11 @@ class RayBackend(OnTheirNodes):
         below = {node for node, priority in self._holding if priority < spec.priority}
         return self._images.fetching(spec, starting, below, ahead)
 
+    def image_nodes(self, spec: DeploymentSpec) -> frozenset[str]:
+        if spec.container is None:
+            return frozenset()
+        return frozenset(naming.short(n) for n in self._images.holding(spec))
+
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         """The image's pull on that node, holding no GPU (imagefetch.py)."""
         return None if spec.container is None else self._images.fetch(spec)
@@ -134,7 +139,7 @@ class RayBackend(OnTheirNodes):
             raise Unplaceable(short)
         ns = naming.namespace(self.state_dir, rec.owner)
         model = self._model_node(rec, launch.entry)
-        strategy = model[1] if model is not None else self._image_node(rec.name, spec)
+        strategy = model[1] if model is not None else self._image_node(rec, spec)
         strategy = strategy or self._planned(rec, spec) or self._strategy(rec.name, spec)
         job = EngineJob(
             entry=launch.entry,
@@ -259,11 +264,17 @@ class RayBackend(OnTheirNodes):
             f"node {naming.short(node.node_id)}"
         )
 
-    def _image_node(self, name: str, spec: DeploymentSpec) -> Any:
+    def _image_node(self, rec: Record, spec: DeploymentSpec) -> Any:
         """The node pulling or holding this record's image (imagefetch.py), while it is
         live and selected: a soft pin (full or lost, the engine goes elsewhere). None: no
-        note."""
-        node = self._images.launch_node(name, spec) if spec.container is not None else None
+        note, or the plan's node holds it (the plan takes such nodes first:
+        ``image_nodes``), where ``_planned`` sends it."""
+        if spec.container is None:
+            return None
+        name, planned = rec.name, self._planned_node(rec, spec)
+        if planned is not None and planned in self._images.holding(spec):
+            return None
+        node = self._images.launch_node(name, spec)
         live = cluster.selected(cluster.nodes(), spec.node_selector) if node else []
         if node is None or not any(n.node_id == node for n in live):
             return None

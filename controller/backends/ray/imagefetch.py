@@ -100,6 +100,9 @@ class ImageFetch:
         # Image key -> the nodes the last look found without it: a replica's launch
         # goes elsewhere where it can (backend.py).
         self._lacking: dict[str, set[str]] = {}
+        # Image key -> the nodes the last look found it on: the plan takes their GPUs
+        # first, and the launch goes where the plan put it (backend.py).
+        self._found: dict[str, set[str]] = {}
 
     def fetching(
         self, spec: DeploymentSpec, starting: int, below: Collection[str], ahead: int = 0
@@ -115,6 +118,7 @@ class ImageFetch:
         self._looked[key] = nodes[0].node_id
         self._asked[key] = nodes
         self._lacking[key] = lacking = set()
+        self._found[key] = found = set()
         waits: list[str] = []
         room = 0
         for node, said in zip(nodes, self._ask_each(nodes, _look, spec), strict=True):
@@ -123,7 +127,9 @@ class ImageFetch:
             if said is not None:
                 waits.append(f"{said} on Ray node {naming.short(node.node_id)}")
                 lacking.add(node.node_id)
-            elif count and node.free_gpus >= count:
+                continue
+            found.add(node.node_id)
+            if count and node.free_gpus >= count:
                 room += int(node.free_gpus // count)
         return ImageWait(waits[0], room=min(room, starting)) if waits else None
 
@@ -228,6 +234,10 @@ class ImageFetch:
     def lacking(self, spec: DeploymentSpec) -> set[str]:
         """The nodes the last look found without ``spec``'s image."""
         return self._lacking.get(image_key(spec), set())
+
+    def holding(self, spec: DeploymentSpec) -> set[str]:
+        """The nodes the last look found ``spec``'s image on."""
+        return self._found.get(image_key(spec), set())
 
     def _ask_each(
         self, nodes: Sequence[cluster.Node], task: Any, spec: DeploymentSpec

@@ -67,6 +67,10 @@ class RayProxy(OnTheirNodes):
         got: ImageWait | None = self._call("fetching", spec, starting, ahead, timeout=FETCH)
         return got
 
+    def image_nodes(self, spec: DeploymentSpec) -> frozenset[str]:
+        got: frozenset[str] = self._call("image_nodes", spec)
+        return got
+
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         got: Held | None = self._call("fetch", spec, timeout=FETCH)
         return got

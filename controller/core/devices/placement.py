@@ -15,7 +15,8 @@ from controller.core.devices.inventory import KINDS, Device, Inventory
 from controller.core.manifest.labels import matches, pairs
 from controller.core.manifest.names import base_name
 from controller.core.manifest.quantity import format_bytes
-from controller.core.manifest.specs import DeploymentSpec
+from controller.core.manifest.specs import DeploymentSpec, Entry
+from controller.core.pulls import PullView
 from controller.core.state import Observed, Record
 
 DEFAULT_BASE_PORT = 8000
@@ -171,12 +172,23 @@ class Spread:
     (a cluster's) nodes. ``selectors``: the plan's spec.nodeSelectors (of deployments
     asking for devices); a node that one picks among fewer than all of this placement's
     nodes is taken last, so a deployment with more choice leaves it room. ``near``: the
-    nodes holding its pulled model files (``PullView.nodes``), taken before others (but
-    after those kept for a selector): elsewhere its launch pulls them there first."""
+    nodes holding its pulled model files or its image (``near_of``), taken before others
+    (but after those kept for a selector): elsewhere its launch pulls there first."""
 
     sibling: str | None = None
     selectors: frozenset[Selector] = frozenset()
     near: frozenset[str] = frozenset()
+
+
+def near_of(
+    entry: Entry, pulls: Mapping[str, PullView], images_on: Mapping[str, frozenset[str]]
+) -> frozenset[str]:
+    """The nodes holding what ``entry`` runs from (:attr:`Spread.near`): its source's
+    files (``PullView.nodes``), its image (``Observed.images_on``)."""
+    source = entry.deployment.spec.source
+    view = pulls.get(source.key) if source is not None else None
+    files = view.nodes if view is not None else frozenset()
+    return files | images_on.get(entry.name, frozenset())
 
 
 def bound_selectors(specs: Iterable[DeploymentSpec]) -> frozenset[Selector]:

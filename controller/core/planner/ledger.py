@@ -24,6 +24,7 @@ from controller.core.devices.placement import (
     Unplaced,
     bound_selectors,
     ledger_for,
+    near_of,
     place,
     place_devices,
 )
@@ -34,7 +35,6 @@ from controller.core.manifest.quantity import format_bytes
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.planner.context import Context
 from controller.core.planner.turns import starting_on, turn_taken
-from controller.core.pulls import holding
 
 
 # Measured memory: ``devices.memory: auto`` resolved from the engine's last measured peak.
@@ -120,8 +120,9 @@ class PlanLedger:
         if isinstance(room, str):
             return Hold(name=name, reason=room, entry=entry)
         extra = self._ctx.extra_ports.get(spec.engine, 0)
-        near = holding(spec.source.key if spec.source else None, self._ctx.observed.pulls)
-        spread = Spread(entry.name, self._selectors, near)  # its files' nodes first
+        seen = self._ctx.observed
+        near = near_of(entry, seen.pulls, seen.images_on)  # its files', its image's nodes
+        spread = Spread(entry.name, self._selectors, near)
         placed = place(spec, room, self._held, extra, spread=spread)
         if isinstance(placed, Unplaced):
             return Hold(name=name, reason=self._unplaced(entry, placed, room), entry=entry)
