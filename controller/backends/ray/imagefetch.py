@@ -112,13 +112,13 @@ class ImageFetch:
         and ``ahead`` the GPUs the pass's starts placed before them may take; with how
         many may go meanwhile into the room of the nodes that hold it."""
         nodes = self._nodes(spec, starting, below, ahead)
+        key, count = image_key(spec), spec.devices.count
+        self._found[key] = found = set()  # an earlier look's is not this pass's news
         if not nodes:  # no node can take it: the placement says so
             return None
-        key, count = image_key(spec), spec.devices.count
         self._looked[key] = nodes[0].node_id
         self._asked[key] = nodes
         self._lacking[key] = lacking = set()
-        self._found[key] = found = set()
         waits: list[str] = []
         room = 0
         for node, said in zip(nodes, self._ask_each(nodes, _look, spec), strict=True):
