@@ -144,7 +144,7 @@ class Backend(Protocol):
         ``failed``)."""
         ...
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1, ahead: int = 0) -> ImageWait | None:
         """Why a start of ``spec`` waits for what it runs from (its container image not on
         the node yet, or its pull failed), else None. A look only: nothing started. The
         planner sees it abstractly (``Observed.fetching``): such a start holds nothing and
@@ -152,7 +152,16 @@ class Backend(Protocol):
         pass may place (a cluster looks on every node one may land on when they may not
         all fit in the room there is: those with room, and those where one lands by
         preempting; the wait's ``room`` is how many the nodes with room that hold it
-        take meanwhile)."""
+        take meanwhile). ``ahead``: the devices this pass's other starts placed before
+        these (the planner's order: a higher priority, or the same and a name sorted
+        first) may take from that room: the room there is is the pass's, not each
+        deployment's."""
+        ...
+
+    def image_nodes(self, spec: DeploymentSpec) -> frozenset[str]:
+        """The nodes (as a cluster's devices name them: ``Device.node``) the last
+        ``fetching`` found ``spec``'s image on: the plan takes their devices first, and
+        the launch goes where it put them. Empty: one node, or none known."""
         ...
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:

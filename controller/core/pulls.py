@@ -132,6 +132,10 @@ class PullView:
     running: bool = False
     progress: PullProgress | None = None
     failure: PullFailure | None = None
+    # A cluster's nodes that hold the files (as its devices name them: Device.node); the
+    # plan takes their devices first, where the engine can run from them at once. Empty:
+    # one node's cache (every device alike), or none holds them yet.
+    nodes: frozenset[str] = frozenset()
 
     def failure_for(self, origin: str | None) -> PullFailure | None:
         """The failure as it bears on a source fetched from ``origin``: none when it was

@@ -507,6 +507,9 @@ class Observed:
     # nothing and preempts nobody until it is there (planner/pulling.py, a Fetch); but
     # the wait's ``room`` starts, placed into free room on nodes that hold it.
     fetching: Mapping[str, ImageWait] = field(default_factory=dict)
+    # Deployment -> a cluster's nodes its image was found on (as its devices name them):
+    # the plan takes their devices first, as a source's files' (``PullView.nodes``).
+    images_on: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # Devices NVML reported a critical fault on (devicefaults.py): nothing is placed there
     # and what holds one is moved, until `reconcile devices --clear`.
     unhealthy: Mapping[str, DeviceFault] = field(default_factory=dict)

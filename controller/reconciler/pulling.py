@@ -70,31 +70,43 @@ def failing(
 
 def fetching(
     backend: Backend, desired: Desired, records: Mapping[str, RecordView], now: datetime
-) -> dict[str, ImageWait]:
+) -> tuple[dict[str, ImageWait], dict[str, frozenset[str]]]:
     """Deployment -> why its start waits for what the backend fetches first (its image;
     ``Observed.fetching``). Asked only of deployments that may be placed now (an
     instance with no record, Pending, Pulling, Idle, or whose back-off holding nothing
     is over), so a Ready engine's pass costs no runtime call (but for the pass that plans
     its rolling update, whose words say the pull comes first: on a cluster, on the node
     the look picked, where the launch goes). Once per deployment, with how many of its
-    instances may start (a cluster looks wider when they may not all fit without
-    preempting)."""
+    instances may start and the devices the starts placed before them may take (a
+    cluster looks wider when they may not all fit without preempting). With it,
+    deployment -> the nodes its look found the image on (``Observed.images_on``)."""
     instances = desired.instances()
     # a rolling update's `@next` whose pull failed is placed afresh after its back-off too
     nexts = {n: instances[instance_of(n)] for n in records if instance_of(n) in instances}
     starting: dict[str, list[Entry]] = {}
     for name, entry in {**instances, **nexts}.items():
         rec = records.get(name)
-        if entry.deployment.spec.container is not None and (
-            _may_start(rec, now) or _rolls(rec, entry, records)
-        ):
+        if _may_start(rec, now) or _rolls(rec, entry, records):
             starting.setdefault(entry.name, []).append(entry)
     out: dict[str, ImageWait] = {}
-    for name, entries in starting.items():
-        why = backend.fetching(entries[0].deployment.spec, len(entries))
-        if why is not None:
-            out[name] = why
-    return out
+    on: dict[str, frozenset[str]] = {}
+    ahead = 0  # the devices the starts the planner places first may take (any spec's)
+    for name, entries in sorted(starting.items(), key=_placed_first):
+        spec = entries[0].deployment.spec
+        if spec.container is not None:
+            why = backend.fetching(spec, len(entries), ahead)
+            if why is not None:
+                out[name] = why
+            if nodes := backend.image_nodes(spec):
+                on[name] = nodes
+        ahead += spec.devices.count * len(entries)
+    return out, on
+
+
+def _placed_first(item: tuple[str, list[Entry]]) -> tuple[int, str]:
+    """The planner's order of starts (placing.py): highest priority first, then name."""
+    name, entries = item
+    return -entries[0].deployment.spec.priority, name
 
 
 def _rolls(rec: RecordView | None, entry: Entry, records: Mapping[str, RecordView]) -> bool:

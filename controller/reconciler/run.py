@@ -45,6 +45,7 @@ from controller.core.devices.placement import (
     Unplaced,
     bound_selectors,
     ledger_for,
+    near_of,
     place,
 )
 from controller.core.engines import MODULES, RecipeError, recipe_for
@@ -284,6 +285,8 @@ class Preview:
         # (a CI job) is planned as unchanged, not invalid. None (a pass, status): invalid,
         # so no engine starts without its secrets.
         self.unread_secrets: dict[str, list[Unread]] | None = None
+        # The last plan's `Observed.images_on`: the act side places as the plan did.
+        self.images_on: dict[str, frozenset[str]] = {}
 
     def desired(self, loaded: LoadResult) -> Desired:
         # spec.envFrom read here, at the edge: the planner sees a hash. As root its files
@@ -443,12 +446,12 @@ class Preview:
         desired = replace(desired, activations=demand)
         now = datetime.now(UTC)
         observed = _rekeyed(desired, observed)  # a preview's: a pass wrote them first (_rekey)
-        waits = pulling.fetching(self.backend, desired, observed.records, now)
+        waits, self.images_on = pulling.fetching(self.backend, desired, observed.records, now)
         asked = [] if self.backend.places_engines else _own_ports(desired)
         holders = port_holders(asked, observed.listening)
         return plan(
             desired,
-            replace(observed, fetching=waits, port_holders=holders),
+            replace(observed, fetching=waits, images_on=self.images_on, port_holders=holders),
             self.inventory,
             now,
             extra_ports=extra_ports(),
@@ -879,7 +882,8 @@ class Reconciler(Preview):
                 current = fresh.records.get(start.name)
                 if current is not None and not _unplaced(current):
                     continue  # another pass placed it meanwhile
-                taken, refused = self._lease(start, ledger)
+                near = near_of(start.entry, observed.pulls, self.images_on)  # as plan had them
+                taken, refused = self._lease(start, ledger, near)
                 taken = count_kept(current, taken)
                 record = taken.record if isinstance(taken, Lease) else taken
                 if is_next(start.name) and not isinstance(taken, Lease):
@@ -892,7 +896,9 @@ class Reconciler(Preview):
             failpoints.hit("reconciler.reserve.before_release")
         return out
 
-    def _lease(self, start: Start, ledger: Ledger) -> tuple[Lease | Record, bool]:
+    def _lease(
+        self, start: Start, ledger: Ledger, near: frozenset[str]
+    ) -> tuple[Lease | Record, bool]:
         """A reservation taken in ``ledger``, or a Pending record saying why not.
 
         The flag is True when the recipe refused the spec (no placement can help).
@@ -900,7 +906,7 @@ class Reconciler(Preview):
         short = self.backend.unplaceable(start.entry.deployment.spec)
         if short is not None:  # the cluster has no room: same as a recipe refusal, no rounds
             return self.maker.pending(start.entry, short, name=start.name), True
-        placed = self._place(start, ledger)
+        placed = self._place(start, ledger, near)
         if isinstance(placed, Unplaced):
             return self.maker.pending(start.entry, placed.reason, name=start.name), False
         try:
@@ -917,12 +923,13 @@ class Reconciler(Preview):
         ledger.take(start.name, placed.devices, placed.ports, record.shareable, record.memory)
         return lease, False
 
-    def _place(self, start: Start, ledger: Ledger) -> Placed | Unplaced:
+    def _place(self, start: Start, ledger: Ledger, near: frozenset[str]) -> Placed | Unplaced:
         spec = start.entry.deployment.spec
         inventory = only_kinds(self.inventory, kinds_of(start.devices))  # the plan's kinds
         extra = extra_ports().get(spec.engine, 0)
-        # As the planner placed it: replicas apart, selector-bound nodes last.
-        spread = Spread(start.entry.name, self._selectors)
+        # As the planner placed it: replicas apart, selector-bound nodes last, the nodes
+        # holding its files first.
+        spread = Spread(start.entry.name, self._selectors, near)
         placed = place(spec, inventory, ledger, extra, spread=spread)
         bindable = self.backend.port_bindable
         while isinstance(placed, Placed) and not all(map(bindable, placed.ports)):

@@ -341,6 +341,25 @@ def test_replicas_spread_over_nodes_and_leave_a_selector_bound_deployment_its_no
     assert got == want
 
 
+def test_a_start_takes_a_node_holding_its_files_first_after_a_selector_bound_ones() -> None:
+    """The plan gave a deployment with pulled files the first free device, while its
+    launch went to a node holding them: ``Spread.near`` (``PullView.nodes``) puts it
+    there, a replica too, before spreading; not on a node a selector-bound deployment
+    needs (its launch pulls the files to the plan's node then)."""
+    inv = _zoned(a=(2, "a"), b=(1, "a"), c=(1, "b"))
+    one = spec(**{**WEB, "replicas": 1})
+    assert place_devices(one, inv, Ledger()) == ("nvidia:a/0",)
+    assert place_devices(one, inv, Ledger(), Spread("web", near=frozenset({"b"}))) == (
+        "nvidia:b/0",
+    )
+    ledger = Ledger()
+    ledger.take("web", ("nvidia:a/0",), (), False)
+    near = Spread("web", near=frozenset({"a"}))  # web@1: beside its sibling, by its files
+    assert place_devices(spec(**WEB), inv, ledger, near) == ("nvidia:a/1",)
+    kept = Spread("web", bound_selectors([spec(**BATCH)]), frozenset({"c"}))
+    assert place_devices(one, inv, Ledger(), kept) == ("nvidia:a/0",)
+
+
 def test_a_node_selector_picks_a_clusters_devices_by_their_nodes_labels() -> None:
     """The plan gave a selector-bound deployment any node's GPU; Ray's label filter then
     put it elsewhere than `plan` said."""

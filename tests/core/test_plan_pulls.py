@@ -48,6 +48,8 @@ from controller.core.actions import (
     Start,
     Stop,
 )
+from controller.core.devices.capacity import Limits
+from controller.core.devices.inventory import Device, Inventory
 from controller.core.imagepulls import ImageWait
 from controller.core.manifest.names import replica_name
 from controller.core.manifest.specs import Entry, next_name, spec_hash
@@ -351,6 +353,8 @@ a_high = entry("a", priority=5, **GPU1)
 a_pair = entry("a", priority=5, replicas=2, **GPU1)
 c_higher = entry("c", priority=9, **GPU1)
 ON_BARE = ImageWait(f"{PULLING_IMAGE} on Ray node 0a1b2c3d", room=1)
+NOT_THE_IMAGE = "it preempts nobody while its image is missing on a node it may free"
+NO_ROOM = "no capacity: needs 1 nvidia device, 0 free — held by b [nvidia:0]; c [nvidia:1]"
 
 FETCH_CASES = [
     pytest.param(
@@ -431,12 +435,38 @@ FETCH_CASES = [
         Case(
             desired(a_high, b_gpu, c_higher),
             observed(holding("b", b_gpu, "nvidia:0", 8000), fetching={"a": ON_BARE}),
-            expect=((Start, "c", "nvidia:1"), (Fetch, "a", ON_BARE.why)),
+            expect=((Start, "c", "nvidia:1"), (Hold, "a", NO_ROOM)),
             inv=TWO,
         ),
         id="image-room-a-higher-start-took-waits-and-preempts-nobody",
     ),
 ]
+
+
+def test_a_start_into_its_images_room_refused_by_a_limit_says_the_limit() -> None:
+    """The start the room of the image's nodes takes (``ImageWait.room``), refused by
+    ``--max-instances``, waits Pending and says so: its message said the image's pull
+    elsewhere, as if that were what it waited for. Why it preempts nobody follows."""
+    seen = observed(holding("b", b_gpu, "nvidia:0", 8000), fetching={"a": ON_BARE})
+    actions = plan(desired(a_pair, b_gpu), seen, TWO, NOW, limits=Limits(max_instances=1))
+    got = {a.name: (type(a), a.reason) for a in actions}
+    assert got.keys() == {"a", "a@1"} and got["a@1"] == (Fetch, ON_BARE.why), got
+    kind, why = got["a"]
+    assert kind is Hold, got
+    assert why.startswith("node limit maxInstances=1 reached (running: b): remove a manifest")
+    assert why.endswith(f"; {NOT_THE_IMAGE} ({ON_BARE.why})"), why
+
+
+def test_a_start_is_planned_on_a_node_its_image_was_found_on() -> None:
+    """A cluster's look found a's image on node n2 (``Observed.images_on``): the plan
+    takes its GPU, not the first free one (the launch went to n2, `plan` said n1)."""
+    nodes = ("n1", "n2", "n3")
+    inv = Inventory(tuple(Device(kind="nvidia", id=f"{n}/0", node=n) for n in nodes), "ray")
+    (alone,) = plan(desired(a_gpu), observed(), inv, NOW)
+    assert isinstance(alone, Start) and alone.devices == ("nvidia:n1/0",), alone.describe()
+    seen = observed(images_on={"a": frozenset({"n2"})})
+    (start,) = plan(desired(a_gpu), seen, inv, NOW)
+    assert isinstance(start, Start) and start.devices == ("nvidia:n2/0",), start.describe()
 
 
 @pytest.mark.parametrize("case", FETCH_CASES)

@@ -444,6 +444,84 @@ def test_the_replica_that_fits_where_its_image_is_starts_while_the_one_to_preemp
         _all_down(rc, pids)
 
 
+def test_plan_puts_a_start_where_its_image_is_and_the_pass_runs_it_there(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """The image's note names a node that holds it and is not the first free one in
+    device order (an earlier pass's pull there): the look went there, and the launch
+    too, while `plan` put `web` on the first free GPU: `plan` said one node and the pass
+    used another. The plan takes the GPUs of the nodes the look found the image on
+    first (``Observed.images_on``), and the pass runs it where `plan` said."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    live = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+    noted = max(n["NodeID"] for n in live)  # the last in device order (keyed by node)
+    note = rc.state / "images" / "ray-nodes.json"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text(json.dumps({"version": 1, "nodes": {f"podman {podman.image}": noted}}))
+    container = {"image": podman.image, "runtime": "podman"}
+    try:
+        rc.write("web", command=STANDIN, container=container, devices=GPU,
+                 stopGracePeriodSeconds=2)  # fmt: skip
+        planned = [line for line in rc("plan", check=2).out.splitlines() if "web" in line]
+        assert len(planned) == 1 and f"nvidia:{noted[:8]}/0" in planned[0], (planned, noted)
+        rc.converge(timeout="120s")
+        web = rc.record("web")
+        assert web is not None and web["phase"] == "Ready" and web["node"] == noted, web
+    finally:
+        _all_down(rc)
+
+
+def test_a_start_whose_room_a_higher_start_takes_preempts_no_ray_engine_for_its_image(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    bare: str,
+) -> None:
+    """Every GPU held but one, on a node that holds the image: `low` (priority 0) on
+    `bare`, which cannot get it, `keep-*` (priority 10) on two others. `hi` (priority 9,
+    no image) and `web` (priority 5, one replica of an image this box built) are added
+    at once. web's look counted the free GPU as its own, so it looked on that node alone
+    and found the image; hi took the GPU, and web preempted low to run on bare, which
+    lacks it. The room is the pass's: the look reaches low's node too, and web waits
+    Pending, saying the room was taken and why it preempts nobody (the pass's next round:
+    Pulling on bare); then its pull there fails and it backs off holding nothing. low
+    runs on."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    container = {"image": podman.image, "runtime": "podman"}
+    names = ["low", "keep-1", "keep-2"]
+    pids: list[int] = []
+    try:
+        rc.write("low", command=ENGINE, devices=GPU, nodeSelector=BARE)
+        rc.converge(timeout="120s")  # first: the keeps go to the other nodes
+        for name in names[1:]:
+            rc.write(name, command=ENGINE, devices=GPU, priority=10)
+        rc.converge(timeout="120s")
+        before = {name: rc.record(name) for name in names}
+        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+        pids += [r["ref"]["pid"] for r in before.values() if r is not None]
+        assert before["low"]["node"] == bare, before
+        rc.write("hi", command=ENGINE, devices=GPU, priority=9)
+        rc.write("web", command=STANDIN, container=container, devices=GPU, priority=5)
+        rc.once(check=None)  # its first round: hi placed, web's room taken
+        first = rc.events("web")[0]
+        if "did not say whether image" not in first.get("error", ""):  # else: no answer
+            assert first["action"] == "pending", first
+            why = first["reason"]
+            assert why.startswith("no capacity: needs 1 nvidia device, 0 free — held by hi ")
+            said = "; it preempts nobody while its image is missing on a node it may free ("
+            assert said in why and why.endswith(f" on Ray node {bare[:8]})"), why
+        _backed_off_unpulled(rc, "web", podman.image, bare)
+        placed = rc.record("hi")
+        assert placed is not None and placed["devices"], placed
+        _untouched(rc, names, before)
+    finally:
+        _all_down(rc, pids)
+
+
 def test_a_replica_preempts_only_once_its_image_is_pulled_on_the_victims_node(
     cluster: Any,
     reconcile: Reconcile,

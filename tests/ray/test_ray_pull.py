@@ -206,6 +206,43 @@ def test_a_start_the_holding_node_has_no_room_for_pulls_to_a_node_that_has(
     assert not pull_actors()
 
 
+def test_plan_puts_a_start_where_its_files_are_and_the_pass_runs_it_there(
+    rc: Reconcile,
+) -> None:
+    """The file is on one node only, not the first of the free ones: `keep-1` and
+    `keep-2` held the others while `m` pulled it (there, the one node with room). Once
+    all are gone, `m2` (the same file, one GPU) was planned on the first free node in
+    device order, while the launch pinned it to the node holding the file: `plan` said
+    one node and the pass used another. The plan puts it where the files are now (the
+    pull's note of its nodes, ``PullView.nodes``), and the pass runs it there."""
+    data = os.urandom(MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    with serving({"tiny.gguf": data}) as server:
+        source = {"url": server.url("tiny.gguf"), "sha256": digest}
+        for name in ("keep-1", "keep-2"):
+            rc.write(name, command=ENGINE, devices=GPU)
+        rc.converge(timeout="120s")
+        rc.write("m", command=MODEL, devices=GPU, source=source)
+        rc.converge(timeout="120s")
+        m = rc.status("m")["m"]
+        model_arg(rc, m["pid"])
+        first = min(rc.status("keep-1", "keep-2").values(), key=lambda k: k["node"])
+        assert m["node"] > first["node"], (m, first)  # the file is not on the first node
+        for name in ("keep-1", "keep-2", "m"):
+            (rc.manifests / f"{name}.yaml").unlink()
+        rc.write("m2", command=MODEL, devices=GPU, source=source, replicas=0)
+        rc.converge(timeout="120s")  # all gone: every GPU free
+        assert ray.available_resources().get("GPU") == 3
+        rc.write("m2", command=MODEL, devices=GPU, source=source)
+        planned = [line for line in rc("plan", check=2).out.splitlines() if "m2" in line]
+        assert len(planned) == 1 and f"nvidia:{m['node'][:8]}/0" in planned[0], planned
+        rc.converge(timeout="120s")
+        assert server.requests == 1, "no second download"
+    m2 = rc.status("m2")["m2"]
+    assert m2["phase"] == "Ready" and m2["node"] == m["node"], (m2, m)
+    assert model_arg(rc, m2["pid"]).read_bytes() == data
+
+
 def node_entry(actor: dict[str, str], key: str) -> Path:
     """The key's entry in the node's cache (the nodes of this cluster share /tmp)."""
     return pullactor.node_cache(actor["namespace"].removesuffix("-pulls")) / key

@@ -253,10 +253,13 @@ class LocalBackend:
         # One node: the new engine starts where the running one runs.
         return None if spec.container is None else self.containers.prepared(spec)
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1, ahead: int = 0) -> ImageWait | None:
         # One node: the image is here or not for every instance alike.
         why = None if spec.container is None else self.containers.fetching(spec)
         return None if why is None else ImageWait(why)
+
+    def image_nodes(self, spec: DeploymentSpec) -> frozenset[str]:
+        return frozenset()  # one node: its devices name none
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         return None if spec.container is None else self.containers.fetch(spec)

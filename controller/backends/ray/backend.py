@@ -107,13 +107,18 @@ class RayBackend(OnTheirNodes):
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count, spec.node_selector)
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1, ahead: int = 0) -> ImageWait | None:
         """Why a start waits for its image on a node it may run on (imagefetch.py): it
         is placed, and preempts, only once the image is there."""
         if spec.container is None:
             return None
         below = {node for node, priority in self._holding if priority < spec.priority}
-        return self._images.fetching(spec, starting, below)
+        return self._images.fetching(spec, starting, below, ahead)
+
+    def image_nodes(self, spec: DeploymentSpec) -> frozenset[str]:
+        if spec.container is None:
+            return frozenset()
+        return frozenset(naming.short(n) for n in self._images.holding(spec))
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         """The image's pull on that node, holding no GPU (imagefetch.py)."""
@@ -133,8 +138,8 @@ class RayBackend(OnTheirNodes):
         if short is not None:
             raise Unplaceable(short)
         ns = naming.namespace(self.state_dir, rec.owner)
-        model = self._model_node(rec.name, launch.entry)
-        strategy = model[1] if model is not None else self._image_node(rec.name, spec)
+        model = self._model_node(rec, launch.entry)
+        strategy = model[1] if model is not None else self._image_node(rec, spec)
         strategy = strategy or self._planned(rec, spec) or self._strategy(rec.name, spec)
         job = EngineJob(
             entry=launch.entry,
@@ -194,37 +199,53 @@ class RayBackend(OnTheirNodes):
             self._nodes[rec.name] = status.node_id
         return _instance(status)
 
-    def _model_node(self, name: str, entry: Entry) -> tuple[str, Any] | None:
+    def _model_node(self, rec: Record, entry: Entry) -> tuple[str, Any] | None:
         """Where ``entry``'s pulled files are: (their path there, a hard pin to that node).
 
         The files are on the nodes that pulled them, so the actor must go to one of them
-        (soft affinity is not enough). Of those with room, a replica takes the one with
-        the fewest of its siblings. None: no source. No holder with room: a pull to a
-        node that has room starts (or goes on), and the start waits (Pending)."""
+        (soft affinity is not enough): the plan's node (``_planned_node``: the plan puts
+        it on one that holds them, ``PullView.nodes``, where one fits), else, of those with
+        room, the one with the fewest of its siblings. None: no source. No holder with
+        room, or a plan that chose a node without them (one a selector-bound deployment
+        needs is left to it): a pull to a node that has room (the plan's) starts (or goes
+        on), and the start waits (Pulling)."""
         source = entry.deployment.spec.source
         if source is None or self._puller is None:
             return None
-        spec = entry.deployment.spec
+        spec, name = entry.deployment.spec, rec.name
         count = spec.devices.count
         holders = self._puller.holders(source.key)
         if not holders:
             raise Unplaceable(f"the model files of {name} are on no live Ray node: pulled again")
+        planned = self._planned_node(rec, spec)
         with self._placing:
             taken = self._siblings(name)
             live = cluster.selected(cluster.nodes(), spec.node_selector)
             fits = [n for n in live if n.node_id in holders and n.free_gpus >= count]
-            if fits:
-                node = min(fits, key=lambda n: (taken[n.node_id], -n.free_gpus, n.node_id))
+            if fits and (planned is None or planned in holders):
+                node = min(
+                    fits,
+                    key=lambda n: (n.node_id != planned, taken[n.node_id], -n.free_gpus, n.node_id),
+                )
                 self._nodes[name] = node.node_id
                 pin = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
                 return holders[node.node_id], pin
             # Under the lock: two replicas' launches start one pull, not one each.
-            self._pull_elsewhere(entry, live, holders, count)
+            why = "not on the node plan put it on" if fits else "which has no room for it"
+            self._pull_elsewhere(entry, live, holders, count, planned, why)
 
     def _pull_elsewhere(
-        self, entry: Entry, live: list[cluster.Node], holders: dict[str, str], count: int
+        self,
+        entry: Entry,
+        live: list[cluster.Node],
+        holders: dict[str, str],
+        count: int,
+        planned: str | None,
+        why: str,
     ) -> NoReturn:
-        """No node holding the files has room: pull them to one that has (once)."""
+        """No node holding the files has room, or the plan chose one without them
+        (``why``): pull them to one with room for ``count`` GPUs, once: the one pulling
+        them, else the plan's."""
         assert self._puller is not None and entry.deployment.spec.source is not None
         spec = entry.deployment.spec
         on = ", ".join(naming.short(n) for n in sorted(holders))
@@ -235,19 +256,25 @@ class RayBackend(OnTheirNodes):
         key = entry.deployment.spec.source.key
         pulling = self._puller.pulling_on(key)
         node = next((n for n in room if n.node_id == pulling), None)
-        if node is None:
-            node = min(room, key=lambda n: (-n.free_gpus, n.node_id))
+        if node is None:  # the plan's node, else the roomiest
+            node = min(room, key=lambda n: (n.node_id != planned, -n.free_gpus, n.node_id))
             self._puller.start_on(entry, (entry.name,), node)
         raise PullingFirst(
-            f"its model files are on node {on}, which has no room for it: pulling them to "
+            f"its model files are on node {on}, {why}: pulling them to "
             f"node {naming.short(node.node_id)}"
         )
 
-    def _image_node(self, name: str, spec: DeploymentSpec) -> Any:
+    def _image_node(self, rec: Record, spec: DeploymentSpec) -> Any:
         """The node pulling or holding this record's image (imagefetch.py), while it is
         live and selected: a soft pin (full or lost, the engine goes elsewhere). None: no
-        note."""
-        node = self._images.launch_node(name, spec) if spec.container is not None else None
+        note, or the plan's node holds it (the plan takes such nodes first:
+        ``image_nodes``), where ``_planned`` sends it."""
+        if spec.container is None:
+            return None
+        name, planned = rec.name, self._planned_node(rec, spec)
+        if planned is not None and planned in self._images.holding(spec):
+            return None
+        node = self._images.launch_node(name, spec)
         live = cluster.selected(cluster.nodes(), spec.node_selector) if node else []
         if node is None or not any(n.node_id == node for n in live):
             return None
@@ -266,19 +293,25 @@ class RayBackend(OnTheirNodes):
         )
 
     def _planned(self, rec: Record, spec: DeploymentSpec) -> Any:
+        """The node of the GPUs the plan chose for ``rec``: a soft pin, so the pass runs
+        it where `plan` said. The planner spreads replicas over nodes, and leaves a node
+        that a selector-bound deployment needs for last; a choice of the launch's own
+        (``_strategy``) could take that node and leave the other Pending. None: no GPUs,
+        or no such node."""
+        node = self._planned_node(rec, spec)
+        if node is None:
+            return None
+        with self._placing:
+            self._nodes[rec.name] = node  # claimed now: a concurrent sibling's launch sees it
+        return _soft_pin(node)
+
+    def _planned_node(self, rec: Record, spec: DeploymentSpec) -> str | None:
         """The node of the GPUs the plan chose for ``rec`` (their keys name it), while it
-        is live and selected: a soft pin, so the pass runs it where `plan` said. The
-        planner spreads replicas over nodes, and leaves a node that a selector-bound
-        deployment needs for last; a choice of the launch's own (``_strategy``) could
-        take that node and leave the other Pending. None: no GPUs, or no such node."""
+        is live and selected; None: no GPUs, or no such node."""
         planned = {naming.node_of(key) for key in rec.devices}
         live = cluster.selected(cluster.nodes(), spec.node_selector) if planned else []
         nodes = [n.node_id for n in live if naming.short(n.node_id) in planned]
-        if len(nodes) != 1:
-            return None
-        with self._placing:
-            self._nodes[rec.name] = nodes[0]  # claimed now: a concurrent sibling's launch sees it
-        return _soft_pin(nodes[0])
+        return nodes[0] if len(nodes) == 1 else None
 
     def _strategy(self, name: str, spec: DeploymentSpec) -> Any:
         """Where Ray should put the actor of record ``name``.

@@ -100,17 +100,22 @@ class ImageFetch:
         # Image key -> the nodes the last look found without it: a replica's launch
         # goes elsewhere where it can (backend.py).
         self._lacking: dict[str, set[str]] = {}
+        # Image key -> the nodes the last look found it on: the plan takes their GPUs
+        # first, and the launch goes where the plan put it (backend.py).
+        self._found: dict[str, set[str]] = {}
 
     def fetching(
-        self, spec: DeploymentSpec, starting: int, below: Collection[str]
+        self, spec: DeploymentSpec, starting: int, below: Collection[str], ahead: int = 0
     ) -> ImageWait | None:
         """Why a start of ``spec`` waits for its image on a node that may run it: one of
-        ``starting`` instances, where ``below`` are the nodes of lower-priority engines;
-        with how many may go meanwhile into the room of the nodes that hold it."""
-        nodes = self._nodes(spec, starting, below)
+        ``starting`` instances, where ``below`` are the nodes of lower-priority engines
+        and ``ahead`` the GPUs the pass's starts placed before them may take; with how
+        many may go meanwhile into the room of the nodes that hold it."""
+        nodes = self._nodes(spec, starting, below, ahead)
+        key, count = image_key(spec), spec.devices.count
+        self._found[key] = found = set()  # an earlier look's is not this pass's news
         if not nodes:  # no node can take it: the placement says so
             return None
-        key, count = image_key(spec), spec.devices.count
         self._looked[key] = nodes[0].node_id
         self._asked[key] = nodes
         self._lacking[key] = lacking = set()
@@ -122,7 +127,9 @@ class ImageFetch:
             if said is not None:
                 waits.append(f"{said} on Ray node {naming.short(node.node_id)}")
                 lacking.add(node.node_id)
-            elif count and node.free_gpus >= count:
+                continue
+            found.add(node.node_id)
+            if count and node.free_gpus >= count:
                 room += int(node.free_gpus // count)
         return ImageWait(waits[0], room=min(room, starting)) if waits else None
 
@@ -207,14 +214,18 @@ class ImageFetch:
         )
 
     def _nodes(
-        self, spec: DeploymentSpec, starting: int, below: Collection[str]
+        self, spec: DeploymentSpec, starting: int, below: Collection[str], ahead: int = 0
     ) -> list[cluster.Node]:
         """The nodes ``starting`` instances of ``spec`` may run on: the best one, and
         when the room there is cannot take them all, every node with room and every node
-        of ``below`` (the nodes of lower-priority engines), where one preempting lands."""
+        of ``below`` (the nodes of lower-priority engines), where one preempting lands.
+        The room is what ``ahead`` GPUs (the pass's starts placed first) leave of it:
+        counted for this deployment alone, a start whose room a higher one took preempted
+        on a node never looked at."""
         fits = self._fits(spec)
         count = spec.devices.count
-        room = sum(int(n.free_gpus // count) for n in fits) if count else starting
+        taken = -(-ahead // count) if count else 0  # instances' room, rounded up
+        room = sum(int(n.free_gpus // count) for n in fits) - taken if count else starting
         if not fits or room >= starting:
             return fits[:1]
         roomy = [n for n in fits if n.free_gpus >= count] or fits[:1]  # best first
@@ -223,6 +234,10 @@ class ImageFetch:
     def lacking(self, spec: DeploymentSpec) -> set[str]:
         """The nodes the last look found without ``spec``'s image."""
         return self._lacking.get(image_key(spec), set())
+
+    def holding(self, spec: DeploymentSpec) -> set[str]:
+        """The nodes the last look found ``spec``'s image on."""
+        return self._found.get(image_key(spec), set())
 
     def _ask_each(
         self, nodes: Sequence[cluster.Node], task: Any, spec: DeploymentSpec

@@ -63,8 +63,12 @@ class RayProxy(OnTheirNodes):
         got: str | None = self._call("unplaceable", spec)
         return got
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
-        got: ImageWait | None = self._call("fetching", spec, starting, timeout=FETCH)
+    def fetching(self, spec: DeploymentSpec, starting: int = 1, ahead: int = 0) -> ImageWait | None:
+        got: ImageWait | None = self._call("fetching", spec, starting, ahead, timeout=FETCH)
+        return got
+
+    def image_nodes(self, spec: DeploymentSpec) -> frozenset[str]:
+        got: frozenset[str] = self._call("image_nodes", spec)
         return got
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:

@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from ray.exceptions import ActorDiedError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.ray import cluster
+from controller.backends.ray.naming import short
 from controller.backends.ray.pullactor import ModelPull, PullAnswer
 from controller.core.manifest.specs import Entry
 from controller.core.pulls import PullFailure, PullView
@@ -69,7 +70,8 @@ class RayPuller:
         for key, (_, answer) in answers.items():
             if answer.path is not None:
                 if answer.node_id in live:  # done: the note will say so (settle)
-                    views[key] = PullView(key=key, cached=True)
+                    done = {answer.node_id, *_held(CacheEntry.of(self.cache, key), live)}
+                    views[key] = PullView(key=key, cached=True, nodes=_short(done))
                 continue
             views[key] = self._counted(CacheEntry.of(self.cache, key).nodes(), answer.view)
         for entry in modelcache.entries(self.cache):
@@ -77,8 +79,8 @@ class RayPuller:
             if key in views:
                 continue
             note = entry.nodes()
-            if _held(entry, live):
-                views[key] = PullView(key=key, cached=True)
+            if held := _held(entry, live):  # the plan puts its engines there first
+                views[key] = PullView(key=key, cached=True, nodes=_short(held))
             elif key in silent:  # Ray is restarting its actor (killed, its node busy)
                 seen = PullView(key=key, running=True, progress=entry.progress())
                 views[key] = self._counted(note, seen)
@@ -290,6 +292,11 @@ def _hub_env() -> dict[str, Any] | None:
 
 def _key(actor: str) -> str:
     return actor.partition(".")[0]
+
+
+def _short(nodes: Iterable[str]) -> frozenset[str]:
+    """Node ids as a cluster's devices name their node (``Device.node``)."""
+    return frozenset(short(n) for n in nodes)
 
 
 def _held(entry: CacheEntry, live: set[str]) -> dict[str, str]:

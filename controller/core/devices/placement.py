@@ -15,7 +15,8 @@ from controller.core.devices.inventory import KINDS, Device, Inventory
 from controller.core.manifest.labels import matches, pairs
 from controller.core.manifest.names import base_name
 from controller.core.manifest.quantity import format_bytes
-from controller.core.manifest.specs import DeploymentSpec
+from controller.core.manifest.specs import DeploymentSpec, Entry
+from controller.core.pulls import PullView
 from controller.core.state import Observed, Record
 
 DEFAULT_BASE_PORT = 8000
@@ -170,10 +171,24 @@ class Spread:
     ``sibling``: the deployment whose replicas this one keeps apart from, on devices and
     (a cluster's) nodes. ``selectors``: the plan's spec.nodeSelectors (of deployments
     asking for devices); a node that one picks among fewer than all of this placement's
-    nodes is taken last, so a deployment with more choice leaves it room."""
+    nodes is taken last, so a deployment with more choice leaves it room. ``near``: the
+    nodes holding its pulled model files or its image (``near_of``), taken before others
+    (but after those kept for a selector): elsewhere its launch pulls there first."""
 
     sibling: str | None = None
     selectors: frozenset[Selector] = frozenset()
+    near: frozenset[str] = frozenset()
+
+
+def near_of(
+    entry: Entry, pulls: Mapping[str, PullView], images_on: Mapping[str, frozenset[str]]
+) -> frozenset[str]:
+    """The nodes holding what ``entry`` runs from (:attr:`Spread.near`): its source's
+    files (``PullView.nodes``), its image (``Observed.images_on``)."""
+    source = entry.deployment.spec.source
+    view = pulls.get(source.key) if source is not None else None
+    files = view.nodes if view is not None else frozenset()
+    return files | images_on.get(entry.name, frozenset())
 
 
 def bound_selectors(specs: Iterable[DeploymentSpec]) -> frozenset[Selector]:
@@ -235,12 +250,13 @@ def place_devices(
     return Unplaced(_no_capacity(spec, usable, ledger))
 
 
-Rank = Callable[[Device], tuple[bool, bool, bool]]
+Rank = Callable[[Device], tuple[bool, bool, bool, bool]]
 
 
 def _node_rank(usable: list[Device], ledger: Ledger, spread: Spread) -> Rank:
     """A device's place in the choice, lowest first: not a sibling's device, not on a
-    node kept for a selector-bound deployment (``_kept``), not on a node a sibling runs on."""
+    node kept for a selector-bound deployment (``_kept``), on a node holding its files
+    (``Spread.near``, when some does), not on a node a sibling runs on."""
     crowded = (
         {d.node for d in usable if d.node is not None and ledger.held_by(d.key, spread.sibling)}
         if spread.sibling is not None
@@ -248,9 +264,10 @@ def _node_rank(usable: list[Device], ledger: Ledger, spread: Spread) -> Rank:
     )
     kept = _kept(usable, spread.selectors)
 
-    def rank(d: Device) -> tuple[bool, bool, bool]:
+    def rank(d: Device) -> tuple[bool, bool, bool, bool]:
         sibling = spread.sibling is not None and ledger.held_by(d.key, spread.sibling)
-        return (sibling, d.node in kept, d.node is not None and d.node in crowded)
+        far = bool(spread.near) and d.node not in spread.near
+        return (sibling, d.node in kept, far, d.node is not None and d.node in crowded)
 
     return rank
 

@@ -181,7 +181,8 @@ class Want:
     """Start ``entry`` as record ``name`` (default: the deployment's own name, replica 0):
     placed once every record is judged, highest priority first. ``room_only``: its image
     is not on every node it may land on (``ImageWait.room``): placed into free room alone,
-    else it waits for the image, saying this, holding nothing and preempting nobody."""
+    else it waits Pending, holding nothing and preempting nobody, saying why (its room
+    taken, a limit) and why it preempts nobody (the image)."""
 
     entry: Entry
     why: str

@@ -24,6 +24,7 @@ from controller.core.devices.placement import (
     Unplaced,
     bound_selectors,
     ledger_for,
+    near_of,
     place,
     place_devices,
 )
@@ -119,7 +120,10 @@ class PlanLedger:
         if isinstance(room, str):
             return Hold(name=name, reason=room, entry=entry)
         extra = self._ctx.extra_ports.get(spec.engine, 0)
-        placed = place(spec, room, self._held, extra, spread=Spread(entry.name, self._selectors))
+        seen = self._ctx.observed
+        near = near_of(entry, seen.pulls, seen.images_on)  # its files', its image's nodes
+        spread = Spread(entry.name, self._selectors, near)
+        placed = place(spec, room, self._held, extra, spread=spread)
         if isinstance(placed, Unplaced):
             return Hold(name=name, reason=self._unplaced(entry, placed, room), entry=entry)
         memory = spec.devices.memory

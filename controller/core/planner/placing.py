@@ -1,14 +1,16 @@
 """The starts of one plan, highest priority first: each wanted deployment gets a Start,
 an OnDemand swap (Parks and a Hold), a preemption (a Start and Preempts), or a Hold
 (memory-packed engines also wait their turn on a shared device: ``planner/turns.py``);
-a start whose image some node lacks (``Want.room_only``) a Start or a Fetch.
+a start whose image some node lacks (``Want.room_only``) a Start or a Hold (its room
+taken, or a limit: said so).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from controller.core.actions import AnyAction, Fetch, Hold, Preempt
+from controller.core.actions import AnyAction, Hold, Preempt
 from controller.core.devices.victims import Victim
 from controller.core.manifest.names import replica_of
 from controller.core.planner.context import Context, Want
@@ -55,7 +57,7 @@ def _place(
     if not isinstance(start, Hold) or start.name in ledger.waiting_turn:
         return [start]  # a start that waits its turn on a device preempts nobody
     if want.room_only is not None:  # a swap or a preemption frees a node lacking its image
-        return [Fetch(name=want.record, reason=want.room_only, entry=entry)]
+        return [_room_taken(start, want.room_only)]
     # Idle OnDemand engines are parked for any start, as the README says (a new deployment,
     # a replica `replicas` or the autoscaler asks for, an OnDemand start): before a
     # preemption, which stops an engine at work.
@@ -65,6 +67,14 @@ def _place(
     priority = entry.deployment.spec.priority
     lower = [c for c in running if c.priority < priority and c.name not in preempted]
     return preempt(ctx, ledger, start, why=want.why, lower=lower, leaving=leaving, others=others)
+
+
+def _room_taken(held: Hold, image: str) -> Hold:
+    """A start its image's nodes had room for, refused here (a limit, or the room taken
+    by a start placed before it): it waits for that, Pending; its image is not why (the
+    starts that need a pull fetch it), but it is why it preempts nobody."""
+    why = f"{held.reason}; it preempts nobody while its image is missing on a node it may free"
+    return replace(held, reason=f"{why} ({image})")
 
 
 def _by_priority(want: Want) -> tuple[int, str, int]:

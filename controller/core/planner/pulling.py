@@ -60,7 +60,7 @@ def _fetch(
     first) is not on the node waits for it holding nothing: it is placed, and may preempt,
     only once it is there, so a pull that fails again and again stops no healthy engine
     and a pull in progress keeps no GPU from the starts sorted after it. One of ``roomy``
-    goes into free room on a node that holds it, or waits so (placing.py)."""
+    goes into free room on a node that holds it, or waits for room, Pending (placing.py)."""
     if not isinstance(item, Want):
         return item  # a Roll's and a Replace's image: the backend's ``prepared``
     wait = ctx.observed.fetching.get(item.entry.name)
