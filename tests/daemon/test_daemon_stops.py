@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from test_daemon_loop import PYTHON, STUBBORN, pid_of, ready_pid, sleeper, started
+from test_daemon_loop import PYTHON, STUBBORN, pid_of, ready_pid, sleeper, started, stubborn_pid
 
 LONG_GRACE = 120  # seconds: never over while a test waits (each ends the engine itself)
 # An engine whose child, in its group, ignores SIGTERM as it does: a stop reaches both.
@@ -69,7 +69,7 @@ def test_a_slow_stop_does_not_hold_up_a_crash_restart(
     rc = reconcile
     stubborn(rc, "stubborn")
     d = started(rc, daemon, "steady")
-    d.wait(lambda: ready_pid(rc, "stubborn"), "stubborn Ready")
+    d.wait(lambda: stubborn_pid(rc, "stubborn"), "stubborn Ready, SIGTERM ignored")
     steady = ready_pid(rc, "steady")
     assert steady is not None
     (rc.manifests / "stubborn.yaml").unlink()
@@ -91,7 +91,7 @@ def test_a_terminating_engines_gpu_goes_to_no_one_until_its_group_is_gone(
     rc.devices = "nvidia:0"
     stubborn(rc, "old", devices={"count": 1})
     d = daemon("--allow-empty")  # its one manifest goes: prune it
-    old = d.wait(lambda: ready_pid(rc, "old"), "old Ready")
+    old = d.wait(lambda: stubborn_pid(rc, "old"), "old Ready, SIGTERM ignored")
     (rc.manifests / "old.yaml").unlink()
     d.wait(lambda: terminating(rc, "old"), "old Terminating")
     rc.write("new", devices={"count": 1}, **sleeper())
@@ -111,7 +111,7 @@ def test_a_recreate_waits_for_the_old_group_before_its_new_engine(
     rc = reconcile
     stubborn(rc, "web")
     d = daemon()
-    old = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    old = d.wait(lambda: stubborn_pid(rc, "web"), "web Ready, SIGTERM ignored")
     port = rc.record("web")["port"]
     # A spec change: Recreate. The old engine keeps its record's grace (LONG_GRACE); the
     # new one's is short, so `down` at the end ends it at once.
@@ -134,7 +134,7 @@ def test_sigkill_at_the_grace_deadline_reaches_the_whole_group(
     rc.write("pair", command=[PYTHON, "-c", STUBBORN_PAIR], readiness={"periodSeconds": 0.2},
              stopGracePeriodSeconds=1)  # fmt: skip
     d = daemon("--allow-empty")  # its one manifest goes: prune it
-    leader = d.wait(lambda: ready_pid(rc, "pair"), "pair Ready")
+    leader = d.wait(lambda: stubborn_pid(rc, "pair"), "pair Ready, SIGTERM ignored")
     d.wait(lambda: len(group(leader)) == 2, "the engine's child")
     (rc.manifests / "pair.yaml").unlink()
     # No resync for an hour and no exit to wake it: the grace's own timer kills the group.
@@ -150,7 +150,7 @@ def test_a_daemon_killed_while_an_engine_terminates_leaves_the_next_to_finish_it
     rc = reconcile
     stubborn(rc, "slow")
     first = daemon("--allow-empty")
-    old = first.wait(lambda: ready_pid(rc, "slow"), "slow Ready")
+    old = first.wait(lambda: stubborn_pid(rc, "slow"), "slow Ready, SIGTERM ignored")
     (rc.manifests / "slow.yaml").unlink()
     first.wait(lambda: terminating(rc, "slow"), "slow Terminating")
     first.stop(signal.SIGKILL)
