@@ -6,6 +6,7 @@ every test ends with ``reconcile down`` and the fixture fails it if anything is 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ import urllib.request
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from procs import alive, environ, wait_for, wait_gone
 
@@ -349,6 +350,45 @@ def test_restart_policy_never_fails_and_releases(reconcile: Any) -> None:
     assert "restartPolicy Never" in job["message"]
     assert job["devices"] == [] and job["port"] is None  # a Failed record holds nothing
     reconcile.down()
+
+
+def test_an_engine_that_exits_after_its_pass_fails_with_its_code_unknown(
+    reconcile: Any, tmp_path: Path
+) -> None:
+    """A `--once` is its engines' parent only while it runs: an engine that exits after
+    the pass's last round (`exit 4` on a loaded box) is judged by the next pass, which
+    cannot read its code. restartPolicy Never still fails it, saying the code is unknown
+    (test_ux_plan's wait for "code 4" waited for good there)."""
+    gate = tmp_path / "gate"
+    os.mkfifo(gate, 0o600)  # the engine's `read` waits on it until the test writes
+    reconcile.write(
+        "late",
+        command=["/bin/sh", "-c", f"read line < '{gate}'; exit 4"],
+        restartPolicy="Never",
+    )
+    reconcile.once(check=0)  # started, and still running as the pass ends
+    started = reconcile.record("late")
+    assert started["phase"] == "Starting", started
+    with wait_for(lambda: _writer(gate), what="the engine's read") as writer:
+        writer.write(b"go\n")
+    wait_gone(started["ref"]["pid"])
+    reconcile.once(check=1)
+    failed = reconcile.record("late")
+    assert failed["phase"] == "Failed", failed
+    message = "engine exited (code unknown: not our child); restartPolicy Never"
+    assert failed["message"] == message, failed
+    reconcile.down()
+
+
+def _writer(fifo: Path) -> BinaryIO | None:
+    """The write end of ``fifo`` once its reader is opening it (None before: ENXIO)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
+        return None
+    return os.fdopen(fd, "wb")
 
 
 def test_readiness_deadline_fails_and_backs_off(reconcile: Any) -> None:
