@@ -9,7 +9,9 @@ deadline for a request's headers (its issue #157), which the policies below need
 - headers: a request's headers must be complete ``HEADER_TIMEOUT`` seconds after its
   first byte; a connection with no request is closed after ``IDLE_TIMEOUT`` (slowloris
   holds nothing for good); a line or header past ``LINE_MAX`` bytes, or more than
-  ``HEADERS_MAX`` headers, is refused;
+  ``HEADERS_MAX`` headers, is refused, as soon as it is (``HELD_MAX``), not once its
+  line ends; a chunked body's trailer fields are read and dropped, never added to the
+  request's headers;
 - a cap on open connections below the fd limit, leaving room for the daemon's own
   work (passes spawn engines, read records, probe): past it the oldest connection that
   has no request in progress is closed (a flood of half-open ones cannot lock out a
@@ -54,7 +56,12 @@ IDLE_TIMEOUT = 60.0  # seconds a connection may sit with no request (keep-alive 
 SEND_TIMEOUT = 60.0  # seconds a client may read nothing while its answer waits to be sent
 FD_RESERVE = 64  # fds always left to the daemon (engines' pipes and logs, records, probes)
 LINE_MAX = 8190  # bytes of a request target, a header's name or a header's value
-HEADERS_MAX = 256  # headers in one request
+HEADERS_MAX = 256  # headers in one request (trailer fields apart)
+# Bytes received since the parser last handed over a header or body bytes, while a head or
+# a chunked body is read: httptools keeps a header line's bytes until the line ends (a
+# 64 MB line held 64 MB, copied at each read), and a chunk extension is read to its end.
+# Its longest line: a name and a value at LINE_MAX, their colon, spaces and CRLF.
+HELD_MAX = 2 * LINE_MAX + 64
 PIPELINE_MAX = 16  # requests read ahead of their answers before the connection stops reading
 LINGER = 2.0  # seconds an answered request's unread body is read (and dropped) before the close
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -239,6 +246,8 @@ class Protocol(asyncio.Protocol):
         self._idle_since = 0.0  # loop time the connection last became idle
         self._heard = False  # a byte of a request arrived on it
         self._parsing = False  # a request's head is being read
+        self._held = 0  # bytes read since the parser handed anything over (-1: in this read)
+        self._trailers = 0  # trailer fields of the body being read (dropped: on_header)
         self._lingering = False  # an answered request's unread body is dropped as it comes
         self._paused: set[str] = set()  # why reading stopped ("body", "queue")
         self._writable: asyncio.Future[None] | None = None  # set while writes are paused
@@ -307,8 +316,13 @@ class Protocol(asyncio.Protocol):
         self._heard = True
         try:
             self._parser.feed_data(data)
-            if self._parsing and len(self._fields) > HEADERS_MAX:
-                raise _TooLong  # a head still coming, with too many headers already
+            if self._parsing or self._body is not None:  # a head or a body still coming
+                if len(self._fields) > HEADERS_MAX:
+                    raise _TooLong  # a head still coming, with too many headers already
+                # A handover in this read: at most this read since (the bound's slack).
+                self._held = 0 if self._held < 0 else self._held + len(data)
+                if self._held > HELD_MAX:
+                    raise _TooLong  # a header line (or chunk extension) with no end in sight
         except httptools.HttpParserUpgrade:
             # No upgrade is offered: the request is answered as plain HTTP/1.1, and its
             # connection ends with it (the parser reads nothing past an upgrade's head).
@@ -322,6 +336,8 @@ class Protocol(asyncio.Protocol):
     # -- httptools' callbacks
     def on_message_begin(self) -> None:
         self._parsing = True
+        self._held = -1
+        self._trailers = 0
         self._url.clear()
         self._fields = []
         assert self._loop is not None
@@ -337,6 +353,15 @@ class Protocol(asyncio.Protocol):
         # of them all and a split, fewer calls, cost twice the CPU (issue 41).
         if len(name) > LINE_MAX or len(value) > LINE_MAX:
             raise _TooLong
+        self._held = -1
+        if not self._parsing:
+            # A trailer field (after a chunked body): dropped. The request's headers were
+            # checked and routed on without it (RFC 9110 §6.5.1: not merged into them),
+            # and its body goes on re-framed, without trailers.
+            self._trailers += 1
+            if self._trailers > HEADERS_MAX:
+                raise _TooLong
+            return
         self._fields.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
@@ -370,6 +395,7 @@ class Protocol(asyncio.Protocol):
             self.serving = self._loop.create_task(self._serve())
 
     def on_body(self, body: bytes) -> None:
+        self._held = -1
         if self._body is not None and not self._lingering:
             self._body.feed(body)
 
