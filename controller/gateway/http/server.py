@@ -17,7 +17,8 @@ deadline for a request's headers (its issue #157), which the policies below need
   has no request in progress is closed (a flood of half-open ones cannot lock out a
   real client; nor make a pass fail for want of an fd);
 - unreadable HTTP: an OpenAI error body that quotes none of the request's bytes, and a
-  rate-limited info line without a traceback;
+  rate-limited info line without a traceback; what the client still sends is dropped
+  until the close (``_drop_rest``), so that the close does not reset the answer;
 - a client that goes away cancels its handler (so the engine's request is closed and
   the engine stops generating); so does one that reads nothing of its answer for
   ``SEND_TIMEOUT`` while the gateway has some to send (nginx's ``send_timeout``): it
@@ -249,6 +250,7 @@ class Protocol(asyncio.Protocol):
         self._held = 0  # bytes read since the parser handed anything over (-1: in this read)
         self._trailers = 0  # trailer fields of the body being read (dropped: on_header)
         self._lingering = False  # an answered request's unread body is dropped as it comes
+        self._dropping = False  # refused: what still comes is dropped until the close
         self._paused: set[str] = set()  # why reading stopped ("body", "queue")
         self._writable: asyncio.Future[None] | None = None  # set while writes are paused
         self._lost = False
@@ -312,6 +314,8 @@ class Protocol(asyncio.Protocol):
             self._writable.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        if self._dropping:
+            return  # read only so that the close does not reset the refusal (_drop_rest)
         first = not self._heard
         self._heard = True
         try:
@@ -480,6 +484,8 @@ class Protocol(asyncio.Protocol):
                     self._end(request)
                     return
         except asyncio.CancelledError:
+            if self._dropping:
+                return  # its request was refused (_unreadable): the close comes later
             if self.cut is not None and self._sent == 0 and not self._lost:
                 self.send(_unavailable(self.cut))  # nothing of the answer went out yet
             self.force_close()  # the client went away, or the gateway is cut
@@ -543,8 +549,9 @@ class Protocol(asyncio.Protocol):
             return
         # No request in progress, or it is the one whose body broke: its handler would
         # wait for the rest of a body no parser will read. The 400 goes out first (if none
-        # of its answer did), then the close, which cancels the handler as a client gone
-        # does (connection_lost): its engine is not blamed for the body it never got.
+        # of its answer did) and the handler is cancelled, as a client gone is: its engine
+        # is not blamed for the body it never got; then the close (at once, where some of
+        # the answer went out: nothing more can be said).
         if self.serving is None or self._sent == 0:
             answer = error(400, why, "malformed_request")
             head = answer.body  # a response written by hand: the handler's is not coming
@@ -552,7 +559,28 @@ class Protocol(asyncio.Protocol):
                 b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(head), head)
             )
+            if self.serving is not None:
+                # Its body will never come: it ends here (_serve), or before it began (a
+                # task cancelled unstarted runs none of its code: no `finally` says so).
+                self.serving.cancel()
+                self.serving = None
+                self._queue.clear()
+            self._drop_rest()
+            return
         self.force_close()
+
+    def _drop_rest(self) -> None:
+        """Refused with no request in progress: the answer goes out with the close of the
+        write side, and what the client still sends is read and dropped, up to ``LINGER``
+        s. Closed at once, with its bytes unread, the connection was reset, and a client
+        that sent a long header line read "connection reset", not the 400 saying why."""
+        assert self.transport is not None and self._loop is not None
+        self._dropping = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._paused.clear()
+        self.transport.resume_reading()
+        self._loop.call_later(LINGER, self.force_close)
 
     # -- the deadlines
     def _watch(self) -> None:
