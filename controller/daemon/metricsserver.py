@@ -8,14 +8,21 @@ the state dir keeps 0600, so a scrape wants the state dir's access token
 (``store/config/accesstoken.py``), as ``Authorization: Bearer <token>`` (Prometheus'
 ``authorization: {credentials_file: ...}``) or ``?token=<token>`` (its ``params``);
 else 401. Bound to loopback, it answers only a loopback ``Host`` (DNS rebinding: 403).
+
+Each connection is a thread of the daemon's and an fd: one that says nothing for
+``READ_TIMEOUT`` s is closed, and past ``CONNECTIONS_MAX`` at once a new one is closed
+unanswered (idle connections held a thread and an fd each for good: a client could take
+the fds the daemon's passes need).
 """
 
 from __future__ import annotations
 
 import errno
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from controller.core.manifest.listen import host_refusal, is_loopback
@@ -36,13 +43,43 @@ REFUSED = (
 )
 
 
+READ_TIMEOUT = 10.0  # seconds a connection may send nothing (a scrape sends at once)
+CONNECTIONS_MAX = 32  # connections served at once (Prometheus scrapes on one, or a few)
+
+
 class _Server(ThreadingHTTPServer):
     token: Token
     loopback: bool
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)  # all taken: closed, no thread and no fd kept
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()  # its thread never started
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone or silent mid-answer (``READ_TIMEOUT``) is a line, not the
+        traceback socketserver prints; anything else is its traceback as before."""
+        if isinstance(sys.exc_info()[1], OSError):
+            log.info("metrics client dropped", peer=str(client_address[0]))
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = READ_TIMEOUT  # each read's (socketserver sets it on the connection)
     # http.server's own errors (a bad request line, a method no one knows: 501) as a line
     # of text like this server's other answers, not its HTML page.
     error_message_format = "%(code)d %(message)s: %(explain)s\n"
@@ -119,6 +156,7 @@ def serve(host: str, port: int, state_dir: Path) -> ThreadingHTTPServer:
         raise ConfigError(_bind_error(host, port, exc)) from exc
     server.token = token
     server.loopback = is_loopback(host)
+    server.slots = threading.BoundedSemaphore(CONNECTIONS_MAX)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()

@@ -7,6 +7,7 @@ client that goes away, a handler that fails, and a draining server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 
@@ -383,6 +384,11 @@ TOO_LONG = (
         (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX + b"\r\n", TOO_LONG),
         # ... and refused before its end, which never comes
         (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX, TOO_LONG),
+        # trailer fields past the limit, after a chunked body (they were kept, without end)
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + HEADERS_PAST_MAX,
+            TOO_LONG,
+        ),
         (b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "request"),
         (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "TLS handshake"),  # https://
     ],
@@ -424,6 +430,82 @@ def test_an_https_client_on_the_plain_port_is_named_in_the_log() -> None:
         "malformed request: the request method is not a valid HTTP method",
     ]
     assert "--tls-cert FILE --tls-key FILE" in srv.TLS_HERE
+
+
+@pytest.mark.parametrize(
+    ("head", "endless"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ", b"a"),  # a header value
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-", b"a"),  # a header name
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ", b"a"),  # a trailer
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x=", b"a"),  # an extension
+    ],
+)
+def test_a_line_past_the_limits_is_refused_before_it_ends(
+    head: bytes, endless: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a trial of the gateway's front door: a header line past the limits was
+    refused only once it ended; one that did not end was kept whole (httptools holds it,
+    copied at each read: 64 MB sent in 10 s took 110 MB and 6 s of the gateway's CPU) for
+    the header timeout, a trailer's or chunk extension's for the body's 120 s, and was
+    then closed without a word. It is a 400 once ``HELD_MAX`` bytes of it came (and one
+    read more at most), which the client reads whole though it is still sending (what it
+    sends is dropped until the close: closed at once, with those bytes unread, the
+    connection was reset and the 400 lost)."""
+    monkeypatch.setattr(srv, "HEADER_TIMEOUT", 60.0)  # no deadline ends it within the test
+
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+
+            async def send() -> None:  # up to 4 MB, in reads the server takes one by one
+                writer.write(head)
+                with contextlib.suppress(ConnectionError):
+                    for _ in range(256):
+                        writer.write(endless * 16384)
+                        await writer.drain()
+
+            sending = asyncio.create_task(send())
+            try:
+                status, headers, body = await answer(reader)  # 5 s at most
+            finally:
+                sending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sending
+            message = json.loads(body)["error"]["message"]
+            assert (status, headers["connection"]) == (400, "close") and TOO_LONG in message
+            assert await closed(reader)
+
+    run(test)
+
+
+async def _read_fields(request: Request) -> StreamResponse:
+    body = await request.read()
+    return json_response({"fields": request.fields, "body": body.decode()})
+
+
+def test_a_chunked_bodys_trailer_fields_are_dropped_not_added_to_its_headers() -> None:
+    """Found by a trial of the gateway's front door: a chunked body's trailer fields were
+    added to the request's headers once its body was read, and so forwarded to the engine
+    as headers none of the gateway's checks had seen (RFC 9110 §6.5.1: not merged)."""
+
+    async def test() -> None:
+        async with Served(_read_fields) as s:
+            reader, writer = await s.connect()
+            writer.write(
+                b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"3\r\nabc\r\n0\r\nX-Forwarded-For: 6.6.6.6\r\nX-T: 1\r\n\r\n"
+                b"GET / HTTP/1.1\r\nHost: y\r\n\r\n"
+            )
+            status, _, body = await answer(reader)
+            got = json.loads(body)
+            assert status == 200 and got["body"] == "abc"
+            assert got["fields"] == [["Host", "x"], ["Transfer-Encoding", "chunked"]]
+            status, _, body = await answer(reader)  # the next request: its own fields alone
+            assert status == 200 and json.loads(body)["fields"] == [["Host", "y"]]
+            writer.close()
+
+    run(test)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,9 @@ from __future__ import annotations
 import http.client
 import os
 import shutil
+import socket
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,3 +145,55 @@ def _ask(port: int, method: str, path: str) -> tuple[int, dict[str, str], bytes]
         return answer.status, dict(answer.getheaders()), answer.read()
     finally:
         conn.close()
+
+
+def _ends(conn: socket.socket) -> bool:
+    """The server closed ``conn`` (EOF or a reset) within the socket's timeout."""
+    try:
+        return conn.recv(1) == b""
+    except ConnectionError:
+        return True
+
+
+def test_a_silent_connection_is_closed_and_past_the_cap_a_new_one_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a trial of the gateway's front door: each connection to /metrics held a
+    thread of the daemon's and an fd for good while it said nothing, without a cap (30
+    idle ones: 30 threads more); a client could take the fds the daemon's passes need. A
+    silent one is closed after ``READ_TIMEOUT`` s, and past ``CONNECTIONS_MAX`` at once a
+    new one is closed unanswered; a scrape is served again once one ends."""
+    monkeypatch.setattr(metricsserver, "CONNECTIONS_MAX", 2)
+    monkeypatch.setattr(metricsserver._Handler, "timeout", 1.0)
+    srv = metricsserver.serve("127.0.0.1", 0, tmp_path)
+    port = srv.server_address[1]
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+    try:
+        began = time.monotonic()
+        assert _ends(held[0]) and _ends(held[1])  # silent: closed at READ_TIMEOUT, not never
+        assert time.monotonic() - began < 8
+        deadline = time.monotonic() + 15  # their threads end and give their slots back
+        while srv.slots._value < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        monkeypatch.setattr(metricsserver._Handler, "timeout", 60.0)  # now they hold on
+        # Accepted in turn: the first two take the slots, the third finds none.
+        held += [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        began = time.monotonic()
+        assert _ends(held[4]) and time.monotonic() - began < 8  # past the cap: at once
+        held[2].close()
+        held[3].close()
+        token = accesstoken.read(tmp_path)
+        deadline = time.monotonic() + 15  # their threads end and give their slots back
+        while True:
+            try:
+                status = _ask(port, "GET", f"/metrics?token={token}")[0]
+            except (ConnectionError, http.client.RemoteDisconnected):
+                status = 0
+            if status == 200 or time.monotonic() > deadline:
+                break
+        assert status == 200
+    finally:
+        for conn in held:
+            conn.close()
+        srv.shutdown()
+        srv.server_close()

@@ -9,13 +9,16 @@ deadline for a request's headers (its issue #157), which the policies below need
 - headers: a request's headers must be complete ``HEADER_TIMEOUT`` seconds after its
   first byte; a connection with no request is closed after ``IDLE_TIMEOUT`` (slowloris
   holds nothing for good); a line or header past ``LINE_MAX`` bytes, or more than
-  ``HEADERS_MAX`` headers, is refused;
+  ``HEADERS_MAX`` headers, is refused, as soon as it is (``HELD_MAX``), not once its
+  line ends; a chunked body's trailer fields are read and dropped, never added to the
+  request's headers;
 - a cap on open connections below the fd limit, leaving room for the daemon's own
   work (passes spawn engines, read records, probe): past it the oldest connection that
   has no request in progress is closed (a flood of half-open ones cannot lock out a
   real client; nor make a pass fail for want of an fd);
 - unreadable HTTP: an OpenAI error body that quotes none of the request's bytes, and a
-  rate-limited info line without a traceback;
+  rate-limited info line without a traceback; what the client still sends is dropped
+  until the close (``_drop_rest``), so that the close does not reset the answer;
 - a client that goes away cancels its handler (so the engine's request is closed and
   the engine stops generating); so does one that reads nothing of its answer for
   ``SEND_TIMEOUT`` while the gateway has some to send (nginx's ``send_timeout``): it
@@ -54,7 +57,12 @@ IDLE_TIMEOUT = 60.0  # seconds a connection may sit with no request (keep-alive 
 SEND_TIMEOUT = 60.0  # seconds a client may read nothing while its answer waits to be sent
 FD_RESERVE = 64  # fds always left to the daemon (engines' pipes and logs, records, probes)
 LINE_MAX = 8190  # bytes of a request target, a header's name or a header's value
-HEADERS_MAX = 256  # headers in one request
+HEADERS_MAX = 256  # headers in one request (trailer fields apart)
+# Bytes received since the parser last handed over a header or body bytes, while a head or
+# a chunked body is read: httptools keeps a header line's bytes until the line ends (a
+# 64 MB line held 64 MB, copied at each read), and a chunk extension is read to its end.
+# Its longest line: a name and a value at LINE_MAX, their colon, spaces and CRLF.
+HELD_MAX = 2 * LINE_MAX + 64
 PIPELINE_MAX = 16  # requests read ahead of their answers before the connection stops reading
 LINGER = 2.0  # seconds an answered request's unread body is read (and dropped) before the close
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -239,7 +247,10 @@ class Protocol(asyncio.Protocol):
         self._idle_since = 0.0  # loop time the connection last became idle
         self._heard = False  # a byte of a request arrived on it
         self._parsing = False  # a request's head is being read
+        self._held = 0  # bytes read since the parser handed anything over (-1: in this read)
+        self._trailers = 0  # trailer fields of the body being read (dropped: on_header)
         self._lingering = False  # an answered request's unread body is dropped as it comes
+        self._dropping = False  # refused: what still comes is dropped until the close
         self._paused: set[str] = set()  # why reading stopped ("body", "queue")
         self._writable: asyncio.Future[None] | None = None  # set while writes are paused
         self._lost = False
@@ -303,12 +314,19 @@ class Protocol(asyncio.Protocol):
             self._writable.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        if self._dropping:
+            return  # read only so that the close does not reset the refusal (_drop_rest)
         first = not self._heard
         self._heard = True
         try:
             self._parser.feed_data(data)
-            if self._parsing and len(self._fields) > HEADERS_MAX:
-                raise _TooLong  # a head still coming, with too many headers already
+            if self._parsing or self._body is not None:  # a head or a body still coming
+                if len(self._fields) > HEADERS_MAX:
+                    raise _TooLong  # a head still coming, with too many headers already
+                # A handover in this read: at most this read since (the bound's slack).
+                self._held = 0 if self._held < 0 else self._held + len(data)
+                if self._held > HELD_MAX:
+                    raise _TooLong  # a header line (or chunk extension) with no end in sight
         except httptools.HttpParserUpgrade:
             # No upgrade is offered: the request is answered as plain HTTP/1.1, and its
             # connection ends with it (the parser reads nothing past an upgrade's head).
@@ -322,6 +340,8 @@ class Protocol(asyncio.Protocol):
     # -- httptools' callbacks
     def on_message_begin(self) -> None:
         self._parsing = True
+        self._held = -1
+        self._trailers = 0
         self._url.clear()
         self._fields = []
         assert self._loop is not None
@@ -337,6 +357,15 @@ class Protocol(asyncio.Protocol):
         # of them all and a split, fewer calls, cost twice the CPU (issue 41).
         if len(name) > LINE_MAX or len(value) > LINE_MAX:
             raise _TooLong
+        self._held = -1
+        if not self._parsing:
+            # A trailer field (after a chunked body): dropped. The request's headers were
+            # checked and routed on without it (RFC 9110 §6.5.1: not merged into them),
+            # and its body goes on re-framed, without trailers.
+            self._trailers += 1
+            if self._trailers > HEADERS_MAX:
+                raise _TooLong
+            return
         self._fields.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
@@ -370,6 +399,7 @@ class Protocol(asyncio.Protocol):
             self.serving = self._loop.create_task(self._serve())
 
     def on_body(self, body: bytes) -> None:
+        self._held = -1
         if self._body is not None and not self._lingering:
             self._body.feed(body)
 
@@ -454,6 +484,8 @@ class Protocol(asyncio.Protocol):
                     self._end(request)
                     return
         except asyncio.CancelledError:
+            if self._dropping:
+                return  # its request was refused (_unreadable): the close comes later
             if self.cut is not None and self._sent == 0 and not self._lost:
                 self.send(_unavailable(self.cut))  # nothing of the answer went out yet
             self.force_close()  # the client went away, or the gateway is cut
@@ -517,8 +549,9 @@ class Protocol(asyncio.Protocol):
             return
         # No request in progress, or it is the one whose body broke: its handler would
         # wait for the rest of a body no parser will read. The 400 goes out first (if none
-        # of its answer did), then the close, which cancels the handler as a client gone
-        # does (connection_lost): its engine is not blamed for the body it never got.
+        # of its answer did) and the handler is cancelled, as a client gone is: its engine
+        # is not blamed for the body it never got; then the close (at once, where some of
+        # the answer went out: nothing more can be said).
         if self.serving is None or self._sent == 0:
             answer = error(400, why, "malformed_request")
             head = answer.body  # a response written by hand: the handler's is not coming
@@ -526,7 +559,28 @@ class Protocol(asyncio.Protocol):
                 b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(head), head)
             )
+            if self.serving is not None:
+                # Its body will never come: it ends here (_serve), or before it began (a
+                # task cancelled unstarted runs none of its code: no `finally` says so).
+                self.serving.cancel()
+                self.serving = None
+                self._queue.clear()
+            self._drop_rest()
+            return
         self.force_close()
+
+    def _drop_rest(self) -> None:
+        """Refused with no request in progress: the answer goes out with the close of the
+        write side, and what the client still sends is read and dropped, up to ``LINGER``
+        s. Closed at once, with its bytes unread, the connection was reset, and a client
+        that sent a long header line read "connection reset", not the 400 saying why."""
+        assert self.transport is not None and self._loop is not None
+        self._dropping = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._paused.clear()
+        self.transport.resume_reading()
+        self._loop.call_later(LINGER, self.force_close)
 
     # -- the deadlines
     def _watch(self) -> None:
