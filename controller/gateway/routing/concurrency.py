@@ -84,11 +84,13 @@ class Limiter:
 class Bodies:
     """The bytes of request bodies the gateway holds at once, all requests together.
 
-    A request reserves its body's size before a byte of it is read (its Content-Length;
-    ``--max-body`` when it may grow past that: chunked, or encoded) and gives it back when
-    it ends: the body is kept until then, for a retry on another instance. Past ``total``
-    a request waits up to ``wait`` seconds for others to end, then is refused (503): 20
-    clients sending 30 MB each at once drove the gateway to 1.9 GB before any limit.
+    A request whose body has a Content-Length reserves that size before a byte of it is
+    read, and gives it back when it ends: the body is kept until then, for a retry on
+    another instance. Past ``total`` such a request waits up to ``wait`` seconds for
+    others to end, then is refused (503): 20 clients sending 30 MB each at once drove the
+    gateway to 1.9 GB before any limit. A body whose size shows only as it arrives
+    (chunked, or encoded) reserves what it turns out to take (``Held.cover``): reserved at
+    ``--max-body`` up front, four such heads and a byte each held all the room.
     """
 
     def __init__(self, *, total: int, wait: float) -> None:
@@ -119,9 +121,56 @@ class Bodies:
         self.held += size
         return True
 
+    def grow(self, size: int) -> bool:
+        """Reserve ``size`` bytes more, at once or not at all: a body that waited for room
+        while holding part of it could wait on others that wait on it."""
+        if self.held + size > self.total:
+            return False
+        self.held += size
+        return True
+
     def give(self, size: int) -> None:
         self.held -= min(size, self.total)
         if self._waiting:
             # Every waiter looks again (each sees what is free now); the next ones wait anew.
             self._freed.set()
             self._freed = asyncio.Event()
+
+
+class Held:
+    """One request's part of ``Bodies``: what it reserved before its body came, grown to
+    what the body turns out to take (``cover``), given back whole when its answer ends."""
+
+    __slots__ = ("_bodies", "size")
+
+    def __init__(self, bodies: Bodies, size: int) -> None:
+        self._bodies = bodies
+        self.size = min(size, bodies.total)  # what ``take`` reserved
+
+    def cover(self, size: int) -> bool:
+        """Whether ``size`` bytes of body fit this reservation, grown at once if room is
+        free; False when it is not (the request is refused: its part stays until then)."""
+        if size <= self.size:
+            return True
+        if not self._bodies.grow(size - self.size):
+            return False
+        self.size = size
+        return True
+
+    async def arrived(self, size: int) -> bool:
+        """``cover``, but a body that holds no room yet (chunked: its first bytes) waits
+        for it, as ``Bodies.take`` does: holding none, it keeps no one else waiting."""
+        if self.size or not size:
+            return self.cover(size)
+        if not await self._bodies.take(size):
+            return False
+        self.size = min(size, self._bodies.total)
+        return True
+
+    @property
+    def total(self) -> int:
+        return self._bodies.total
+
+    def give(self) -> None:
+        self._bodies.give(self.size)
+        self.size = 0

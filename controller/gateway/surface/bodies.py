@@ -1,7 +1,12 @@
 """A request's body as the gateway reads it: the bytes it may hold (``held``, reserved
-before a byte is read), then the whole body, decoded, with its JSON fields and model
-(``read``), or a multipart upload read up to its ``model`` field and streamed on
-(upload.py); else the OpenAI error to answer (400, 408, 413, 415).
+before a byte is read where its size is known; the rest reserved as it arrives), then the
+whole body, decoded, with its JSON fields and model (``read``), or a multipart upload read
+up to its ``model`` field and streamed on (upload.py); else the OpenAI error to answer
+(400, 408, 413, 415, or 503 where the room for bodies ran out).
+
+While the gateway holds room for a body, the body must keep coming: a read that waits
+``BODY_STALL`` s for its next byte is a 408 and its room is given back (nginx's
+``client_body_timeout``, between two reads); the whole body, ``BODY_TIMEOUT`` s.
 
 The gateway reads the model from the body, so it must see it plain; the engine then
 gets the plain body (and no ``Content-Encoding``). gzip and deflate are decoded with
@@ -20,11 +25,16 @@ from typing import Any
 
 from controller.core.manifest.quantity import format_bytes
 from controller.gateway.http.answers import error
-from controller.gateway.http.messages import BodyTooLarge, Request, Response
+from controller.gateway.http.messages import Body, Request, Response
+from controller.gateway.routing.concurrency import Held
 from controller.gateway.surface import upload
+from controller.gateway.surface.forwarding import RETRY_AFTER
 from controller.gateway.surface.upload import Upload
 
 BODY_TIMEOUT = 120.0  # seconds a client may take to send its body (a slow one holds a slot)
+# Seconds a body may send nothing while it holds room: 4 heads that sent a byte each, then
+# nothing, held the gateway's room for bodies (--max-body-total) for BODY_TIMEOUT.
+BODY_STALL = 10.0
 # zlib's wbits: gzip header, zlib header, then bare deflate (what some clients send).
 _GZIP = 16 + zlib.MAX_WBITS
 _ZLIB = zlib.MAX_WBITS
@@ -39,50 +49,107 @@ def multipart(request: Request) -> bytes | None:
 
 
 def held(request: Request, limit: int, mark: bytes | None) -> int:
-    """The bytes a request's body may take while it is held: its length, else (chunked,
-    encoded) as much as --max-body lets it grow; a multipart upload's (``mark``: its
-    boundary) scanned head."""
+    """The bytes reserved for a request's body before a byte of it is read: its length; a
+    multipart upload's (``mark``: its boundary) scanned head; none for a chunked body,
+    whose size shows only as it comes (``read`` reserves what it takes, and what an
+    encoded body decodes to). Reserved at --max-body up front, a chunked head and a byte
+    held 32 MiB of the room."""
     if not request.body_exists:
         return 0
     if mark is not None:
         return upload.SCAN_MAX
-    coding = request.headers.get("Content-Encoding", "").strip().lower()
     length = request.content_length
-    if length is None or coding not in ("", "identity"):
-        return limit
-    return min(length, limit)
+    return 0 if length is None else min(length, limit)
 
 
 Read = tuple[bytes | Upload, dict[str, Any], str | None]  # the body, its JSON fields, model
 
 
-async def read(request: Request, limit: int, mark: bytes | None) -> Read | Response:
+async def read(
+    request: Request, limit: int, mark: bytes | None, hold: Held | None = None
+) -> Read | Response:
     """The body (bytes, or a multipart upload to stream, ``mark`` its boundary), its JSON
-    fields and its model."""
+    fields and its model. ``hold``: the room reserved for it (``held``), grown to what
+    the body takes (None: no bound but ``limit``)."""
     if mark is not None:
         return await _upload(request, mark, limit)
     if request.content_length is not None and request.content_length > limit:
         return _too_large(limit)
-    try:
-        if request.content.is_eof():  # received whole (most): at once, no deadline to keep
-            raw = request.content.received(limit)
-        else:
-            async with asyncio.timeout(BODY_TIMEOUT):
-                raw = await request.read()
-    except BodyTooLarge:
+    if request.content.is_eof():  # received whole (most): at once, no deadline to keep
+        raw = request.content.received()
+    else:
+        arrived = await _arriving(Paced(request.content), limit, hold)
+        if isinstance(arrived, Response):
+            return arrived
+        raw = arrived
+    if len(raw) > limit:
         return _too_large(limit)
+    if hold is not None and not await hold.arrived(len(raw)):
+        return _outgrew(hold)
+    return _parsed(raw, request, limit, hold)
+
+
+async def _arriving(body: Paced, limit: int, hold: Held | None) -> bytes | Response:
+    """The rest of a body still on its way, its room grown as it comes."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while chunk := await body.readany():
+            size += len(chunk)
+            if size > limit:
+                return _too_large(limit)
+            if hold is not None and not await hold.arrived(size):
+                return _closing(_outgrew(hold))
+            parts.append(chunk)
     except TimeoutError:
-        why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
-        return _closing(error(408, why, "request_timeout"))
-    return _parsed(raw, request, limit)
+        return _closing(error(408, body.late(), "request_timeout"))
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _parsed(raw: bytes, request: Request, limit: int) -> Read | Response:
+class Paced:
+    """A body's reads while room is held for it: each within ``BODY_STALL`` s of the last,
+    all within ``BODY_TIMEOUT`` s of the first; TimeoutError past either."""
+
+    def __init__(self, content: Body) -> None:
+        self._content = content
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + BODY_TIMEOUT
+        self._stalled = False  # the last read ran out of BODY_STALL, not BODY_TIMEOUT
+
+    async def readany(self) -> bytes:
+        left = self._deadline - self._loop.time()
+        self._stalled = left > BODY_STALL
+        async with asyncio.timeout(min(left, BODY_STALL)):
+            return await self._content.readany()
+
+    def late(self) -> str:
+        """The 408's words for the deadline that ran out."""
+        if self._stalled:
+            return (
+                f"the request body stopped coming: nothing of it arrived for {BODY_STALL:g} "
+                "seconds; send the body with its head, without pauses"
+            )
+        return f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
+
+
+def _outgrew(hold: Held) -> Response:
+    """A body whose size showed only as it came, with no room left for the rest."""
+    why = (
+        f"the gateway holds {hold.total} bytes of request bodies at once (--max-body-total) "
+        "and this body, sent without a Content-Length (chunked, or encoded), grew past the "
+        "room left; retry later, or send it with a Content-Length to wait for room"
+    )
+    return error(503, why, "server_busy", retry_after=RETRY_AFTER)
+
+
+def _parsed(raw: bytes, request: Request, limit: int, hold: Held | None) -> Read | Response:
     """A body read whole: its Content-Encoding undone (``decode``), its JSON fields (parsed
     once: the model, and the session's `user`) and model; or the error to answer."""
     plain = decode(raw, request.headers.get("Content-Encoding"), limit)
     if isinstance(plain, BodyRefused):
         return error(plain.status, plain.message, plain.code)
+    if hold is not None and not hold.cover(len(plain)):  # what it decoded to is kept
+        return _outgrew(hold)
     fields = _fields(plain)
     return plain, fields, _model(fields)
 
@@ -97,12 +164,11 @@ async def _upload(
     if coding not in ("", "identity"):
         why = "a multipart upload is streamed as sent: send it without Content-Encoding"
         return error(415, why, "unsupported_content_encoding")
+    paced = Paced(request.content)
     try:
-        async with asyncio.timeout(BODY_TIMEOUT):
-            head, found = await upload.read_head(request.content, mark)
+        head, found = await upload.read_head(paced, mark)
     except TimeoutError:
-        why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
-        return _closing(error(408, why, "request_timeout"))
+        return _closing(error(408, paced.late(), "request_timeout"))
     if found.model is None:
         why = (
             "the multipart form must have a field `model` before the file "

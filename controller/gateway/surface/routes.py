@@ -34,7 +34,7 @@ from controller.gateway.http import paths
 from controller.gateway.http.answers import error
 from controller.gateway.http.messages import Request, Response, StreamResponse, json_response
 from controller.gateway.http.router import Router
-from controller.gateway.routing.concurrency import Bodies
+from controller.gateway.routing.concurrency import Bodies, Held
 from controller.gateway.routing.table import FIRST_PASS_WAIT, Table
 from controller.gateway.settings import WAITING_EVERY
 from controller.gateway.surface import bodies
@@ -320,7 +320,8 @@ class Front:
             self._quota.spend(key, meter.usage.total)
 
     async def _route(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
-        # The body's bytes are reserved before any is read, and held until the answer ends.
+        # The body's bytes are reserved before any is read (a size known up front; the
+        # rest as it arrives: bodies.read), and held until the answer ends.
         incoming.mark = bodies.multipart(incoming.request)
         size = bodies.held(incoming.request, self.max_body, incoming.mark)
         if not await self.bodies.take(size):
@@ -329,13 +330,16 @@ class Front:
                 "(--max-body-total) and none were freed in time; retry later"
             )
             return "-", error(503, why, "server_busy", retry_after=RETRY_AFTER)
+        hold = Held(self.bodies, size)
         try:
-            return await self._route_held(incoming, key)
+            return await self._route_held(incoming, key, hold)
         finally:
-            self.bodies.give(size)
+            hold.give()
 
-    async def _route_held(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
-        parsed = await bodies.read(incoming.request, self.max_body, incoming.mark)
+    async def _route_held(
+        self, incoming: Incoming, key: str, hold: Held
+    ) -> tuple[str, StreamResponse]:
+        parsed = await bodies.read(incoming.request, self.max_body, incoming.mark, hold)
         if isinstance(parsed, Response):
             return "-", parsed
         body, fields, model = parsed

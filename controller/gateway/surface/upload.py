@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from controller.gateway.http.messages import Body
 
@@ -93,7 +94,13 @@ class Upload:
             yield chunk
 
 
-async def read_head(content: Body, mark: bytes) -> tuple[bytes, Scan]:
+class Chunks(Protocol):
+    """A body read as it comes (a ``Body``, or bodies.Paced's deadlines over one)."""
+
+    async def readany(self) -> bytes: ...
+
+
+async def read_head(content: Chunks, mark: bytes) -> tuple[bytes, Scan]:
     """Read until the model field is complete (or the body ends, or ``SCAN_MAX``)."""
     head = bytearray()
     while True:

@@ -1,0 +1,124 @@
+"""The room for request bodies (``--max-body-total``) is not held by clients that send
+little or nothing: the real gateway (in process), raw sockets, a real engine.
+
+A chunked body reserved ``--max-body`` (32 MiB) before a byte of it came, so four
+connections that sent a chunked head and a byte, then nothing, held the whole 128 MiB:
+every other request with a body waited, then got a 503, for the 120 s body timeout,
+renewed by reconnecting. A chunked body now holds what arrived of it; a body with a
+Content-Length still reserves that up front, and gives it back once nothing of it came
+for ``BODY_STALL`` s (a 408), not only after 120 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from harness.rawhttp import exchange, openai_error, parse, request
+from procs import free_ports
+from test_upstream import Rude, ready, route
+
+from controller.gateway.lifecycle.app import Gateway
+from controller.gateway.settings import DEFAULT_MAX_BODY, DEFAULT_MAX_BODY_TOTAL, Settings
+from controller.gateway.surface import bodies
+
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+HOLDERS = DEFAULT_MAX_BODY_TOTAL // DEFAULT_MAX_BODY  # heads that held all the room (4)
+
+
+@pytest.fixture
+def served(reconcile: Any) -> Iterator[Gateway]:
+    """A gateway in this process whose requests wait 10 s for room (30 s by default: a
+    request locked out is a 503 sooner), and "m" routed to a real engine that answers."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    settings = Settings(
+        host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state, queue_wait=10.0
+    )
+    gateway = Gateway(settings)
+    gateway.start(lambda: None)
+    try:
+        engine = Rude(reconcile, "engine", "--always", "ok")
+        route(gateway, ready("m", "n0", engine.port))
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+@contextlib.contextmanager
+def holders(port: int, head: bytes, count: int = HOLDERS) -> Iterator[list[socket.socket]]:
+    """``count`` connections that sent ``head`` and stay silent, open until the end."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            socks.append(sock)
+            sock.sendall(head)
+        yield socks
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _held(gateway: Gateway) -> int:
+    assert gateway.front is not None
+    return gateway.front.bodies.held
+
+
+@pytest.mark.parametrize("coding", ["", "Content-Encoding: gzip\r\n"])
+def test_chunked_heads_that_sent_a_byte_leave_room_for_other_requests(
+    reconcile: Any, served: Gateway, coding: str
+) -> None:
+    """Four chunked heads (encoded too: its decoded size is unknown as well) and a byte
+    each, then nothing: another client's small POST is answered by its engine, not made
+    to wait for a 503 `server_busy`; the four hold the bytes they sent, not 128 MiB."""
+    port = served.settings.port
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\n{coding}Transfer-Encoding: chunked\r\n\r\n1\r\n{{\r\n"
+    ).encode()
+    with holders(port, head):
+        # Each has its byte read (held: 1 byte each; 32 MiB each before).
+        reconcile.wait_for(lambda: _held(served) >= HOLDERS, what="the four bodies begun")
+        answer = exchange(port, request("POST", "/v1/chat/completions", BODY), timeout=30)
+        assert answer.status == 200 and answer.json()["object"] == "ok", answer
+        assert _held(served) == HOLDERS, _held(served)
+    reconcile.wait_for(lambda: _held(served) == 0, what="the room given back")
+
+
+def test_a_sized_body_that_stops_coming_gives_its_room_back(
+    reconcile: Any, served: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four heads of 32 MiB bodies (a Content-Length reserves its size up front) that sent
+    a byte, then nothing: their room is given back ``BODY_STALL`` s later (10 s; 3 here)
+    with a 408 that says why, not after the body's 120 s, and the other client's POST,
+    waiting for room (up to 10 s here), is answered by its engine."""
+    monkeypatch.setattr(bodies, "BODY_STALL", 3.0)
+    port = served.settings.port
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {DEFAULT_MAX_BODY}\r\n\r\n{{"
+    ).encode()
+    with holders(port, head) as socks:
+        reconcile.wait_for(
+            lambda: _held(served) == DEFAULT_MAX_BODY_TOTAL, what="the room all reserved"
+        )
+        answer = exchange(port, request("POST", "/v1/chat/completions", BODY), timeout=30)
+        assert answer.status == 200 and answer.json()["object"] == "ok", answer
+        late = parse(_answer(socks[0]))
+        error = openai_error(late)
+        assert late.status == 408 and error is not None, late
+        assert "nothing of it arrived for 3 seconds" in error["message"], error
+    reconcile.wait_for(lambda: _held(served) == 0, what="the room given back")
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """What the gateway sent on ``sock`` until it closed it."""
+    chunks: list[bytes] = []
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
