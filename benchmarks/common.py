@@ -371,7 +371,7 @@ def _bindable(port: int) -> bool:
 def answers(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+            s.sendall(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
             return s.recv(16).startswith(b"HTTP/1.0 200")
     except OSError:
         return False

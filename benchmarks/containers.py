@@ -58,7 +58,7 @@ def answers(port: int) -> bool:
     """GET /health answered 200 (busybox's httpd answers a 1.0 request in HTTP/1.1)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+            s.sendall(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
             head = s.recv(16)
     except OSError:
         return False

@@ -159,7 +159,10 @@ def test_a_client_gone_mid_stream_is_one_line_not_a_traceback(tmp_path: Path) ->
         wait_for(lambda: _up(port), timeout=30, what="the demo engine")
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             body = b'{"model": "demo", "stream": true}'
-            head = f"POST /v1/completions HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n"
+            head = (
+                "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            )
             sock.sendall(head.encode() + body)
             wait_for(lambda: b"data: " in sock.recv(4096), timeout=30, what="the first event")
         # the engine finds the client gone at one of its next writes: then it says so

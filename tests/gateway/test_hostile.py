@@ -69,12 +69,12 @@ def test_malformed_requests_never_put_a_key_in_the_log(reconcile: Any, gateway: 
     auth = f"Authorization: Bearer {KEY}".encode()
     cases = [
         b"POST /v1/chat/completions HTTP/1.1\nHost: x\n" + auth + b"\n\n",  # LF only
-        b"POST /v1/chat/completions HTTP/1.1\r\n" + auth + b"A" * 9000 + b"\r\n\r\n",
-        b"POST /v1/chat/completions HTTP/1.1\r\nx-api-key: "
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + b"A" * 9000 + b"\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-api-key: "
         + KEY.encode()
         + b"B" * 9000
         + b"\r\n\r\n",
-        b"POST /v1/chat/" + KEY.encode() + b"\x01 HTTP/1.1\r\n" + auth + b"\r\n\r\n",
+        b"POST /v1/chat/" + KEY.encode() + b"\x01 HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n\r\n",
     ]
     answers = [exchange(g.port, data) for data in cases]
     assert g.request("GET", "/healthz").status == 200

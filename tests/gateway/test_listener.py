@@ -46,7 +46,7 @@ async def _found(close: Callable[[asyncio.Server], Awaitable[None]], turns: int)
     successor.setblocking(False)
     client = socket.create_connection(listening.getsockname()[:2])
     try:
-        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n\r\n")
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         for _ in range(turns):
             await asyncio.sleep(0)
         await close(server)
@@ -109,7 +109,7 @@ async def _answered_or_queued(turns: int, during: bool) -> int:
     client = socket.create_connection(address)
     client.setblocking(False)
     try:
-        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n\r\n")
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         for _ in range(0 if during else turns):
             await asyncio.sleep(0)
         await (closing or close_listener(acceptor))

@@ -345,7 +345,7 @@ HEADERS_PAST_MAX = b"".join(b"X-%d: v\r\n" % i for i in range(srv.HEADERS_MAX + 
 
 
 def test_a_request_with_as_many_headers_as_allowed_is_answered() -> None:
-    fields = b"".join(b"X-%d: v\r\n" % i for i in range(srv.HEADERS_MAX - 1))
+    fields = b"Host: x\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(srv.HEADERS_MAX - 2))
     long = b"a" * srv.LINE_MAX
 
     async def test() -> None:
@@ -355,7 +355,7 @@ def test_a_request_with_as_many_headers_as_allowed_is_answered() -> None:
             status, _, body = await answer(reader)
             got = json.loads(body)
             assert status == 200 and got["count"] == srv.HEADERS_MAX
-            assert got["first"] == ["X-0", "v"]
+            assert got["first"] == ["Host", "x"]
             assert got["last"] == ["X-" + "a" * (srv.LINE_MAX - 2), "a" * srv.LINE_MAX]
 
     run(test)
@@ -386,10 +386,11 @@ TOO_LONG = (
         (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX, TOO_LONG),
         # trailer fields past the limit, after a chunked body (they were kept, without end)
         (
-            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + HEADERS_PAST_MAX,
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
+            + HEADERS_PAST_MAX,
             TOO_LONG,
         ),
-        (b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "request"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "request"),
         (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "TLS handshake"),  # https://
     ],
 )
@@ -405,6 +406,63 @@ def test_unreadable_requests_get_a_400_that_quotes_none_of_their_bytes(
             assert (status, headers["connection"]) == (400, "close")
             assert said in message and "sk-secret" not in message and "aaaa" not in message
             assert await closed(reader)
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        # Two Hosts: the gateway's checks (its 403 for a foreign Host) read the first, a
+        # proxy in front may route by the last; each was answered, by the first.
+        (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n", "2 Host headers"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nhOsT: a\r\n", "2 Host headers"),
+        (b"GET / HTTP/1.1\r\n", "no Host header, which HTTP/1.1 requires"),
+        (b"GET / HTTP/1.1\r\nHost: a b\r\n", "Host header is not a host name"),
+        (b"GET / HTTP/1.1\r\nHost: evil.example@127.0.0.1\r\n", "is not a host name"),
+        (b"GET / HTTP/1.1\r\nHost: 127.0.0.1/x\r\n", "is not a host name"),
+    ],
+)
+def test_a_request_without_one_host_is_a_400(head: bytes, said: str) -> None:
+    """RFC 9112 §3.2: a 400 for an HTTP/1.1 request with no Host header, and any with
+    two, or one that is no host; the handler never sees it, and the connection ends."""
+    seen: list[str] = []
+
+    async def handler(request: Request) -> StreamResponse:
+        seen.append(request.raw_path)
+        return await echo(request)
+
+    async def test() -> None:
+        async with Served(handler) as s:
+            reader, writer = await s.connect()
+            writer.write(head + b"\r\n")
+            status, headers, body = await answer(reader)
+            error = json.loads(body)["error"]
+            assert (status, headers["connection"]) == (400, "close"), body
+            assert error["code"] == "malformed_request" and said in error["message"], error
+            assert await closed(reader)
+
+    run(test)
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET / HTTP/1.0\r\n",  # Host came with HTTP/1.1: a 1.0 request may have none
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n",
+        b"GET / HTTP/1.1\r\nHost: [::1]:8080\r\n",
+        b"GET / HTTP/1.1\r\nHost: localhost\r\n",
+        b"GET / HTTP/1.1\r\nHost:\r\n",  # empty: a target with no authority (RFC 9110 §7.2)
+    ],
+)
+def test_a_request_with_one_host_or_http_1_0_without_is_answered(head: bytes) -> None:
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+            writer.write(head + b"\r\n")
+            status, _, body = await answer(reader)
+            assert status == 200 and json.loads(body)["path"] == "/", body
 
     run(test)
 
@@ -437,8 +495,10 @@ def test_an_https_client_on_the_plain_port_is_named_in_the_log() -> None:
     [
         (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ", b"a"),  # a header value
         (b"GET / HTTP/1.1\r\nHost: x\r\nX-", b"a"),  # a header name
-        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ", b"a"),  # a trailer
-        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x=", b"a"),  # an extension
+        # a trailer
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: ", b"a"),
+        # a chunk extension
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;x=", b"a"),
     ],
 )
 def test_a_line_past_the_limits_is_refused_before_it_ends(

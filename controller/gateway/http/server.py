@@ -11,7 +11,9 @@ deadline for a request's headers (its issue #157), which the policies below need
   holds nothing for good); a line or header past ``LINE_MAX`` bytes, or more than
   ``HEADERS_MAX`` headers, is refused, as soon as it is (``HELD_MAX``), not once its
   line ends; a chunked body's trailer fields are read and dropped, never added to the
-  request's headers;
+  request's headers; a request with two Host headers, or a Host that is no host, or an
+  HTTP/1.1 one with none, is refused (RFC 9112 §3.2): the gateway's checks read the
+  first Host, a proxy in front may go by the last;
 - a cap on open connections below the fd limit, leaving room for the daemon's own
   work (passes spawn engines, read records, probe): past it the oldest connection that
   has no request in progress is closed (a flood of half-open ones cannot lock out a
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import resource
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -72,6 +75,17 @@ Handler = Callable[[Request], Awaitable[StreamResponse]]
 
 class _TooLong(Exception):
     """A request line or header past the limits."""
+
+
+class _BadHost(Exception):
+    """A request's Host headers are not one host (RFC 9112 §3.2); its words are the 400's."""
+
+
+# A Host header's value (RFC 9110 §7.2, RFC 3986 §3.2.2): an IP literal in brackets, or an
+# IPv4 address or registered name, either with an optional port; empty is allowed.
+_HOST = re.compile(
+    rb"(?:\[[A-Za-z0-9._~!$&'()*+,;=:%-]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?"
+)
 
 
 # What each parse error says, in words of our own: llhttp's reasons name its internals.
@@ -249,6 +263,8 @@ class Protocol(asyncio.Protocol):
         self._parsing = False  # a request's head is being read
         self._held = 0  # bytes read since the parser handed anything over (-1: in this read)
         self._trailers = 0  # trailer fields of the body being read (dropped: on_header)
+        self._hosts = 0  # Host headers of the request being parsed (_check_host)
+        self._host_ok = True  # ... and whether each was a host
         self._lingering = False  # an answered request's unread body is dropped as it comes
         self._dropping = False  # refused: what still comes is dropped until the close
         self._paused: set[str] = set()  # why reading stopped ("body", "queue")
@@ -342,6 +358,8 @@ class Protocol(asyncio.Protocol):
         self._parsing = True
         self._held = -1
         self._trailers = 0
+        self._hosts = 0
+        self._host_ok = True
         self._url.clear()
         self._fields = []
         assert self._loop is not None
@@ -366,6 +384,9 @@ class Protocol(asyncio.Protocol):
             if self._trailers > HEADERS_MAX:
                 raise _TooLong
             return
+        if len(name) == 4 and name.lower() == b"host":
+            self._hosts += 1
+            self._host_ok = self._host_ok and _HOST.fullmatch(value) is not None
         self._fields.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
@@ -374,6 +395,8 @@ class Protocol(asyncio.Protocol):
             raise _TooLong
         parser = self._parser
         major, _, minor = parser.get_http_version().partition(".")
+        if self._hosts != 1 or not self._host_ok:
+            self._check_host(major, minor)
         self._body = Body(self)
         request = Request(
             parser.get_method().decode("ascii"),
@@ -397,6 +420,24 @@ class Protocol(asyncio.Protocol):
             # The loop kept, not asyncio's lookup: on Python 3.11 each lookup is a getpid()
             # system call (~3% of a profile at one client).
             self.serving = self._loop.create_task(self._serve())
+
+    def _check_host(self, major: str, minor: str) -> None:
+        """A request without exactly one Host header, or with one that is no host: a 400
+        (RFC 9112 §3.2), but an HTTP/1.0 one without (Host came with HTTP/1.1)."""
+        if self._hosts > 1:
+            raise _BadHost(
+                f"the request has {self._hosts} Host headers: send exactly one (RFC 9112 §3.2)"
+            )
+        if self._hosts == 1:
+            raise _BadHost(
+                "the request's Host header is not a host name or address, with an optional "
+                ":port: send the name the gateway is reached by (RFC 9112 §3.2)"
+            )
+        if (major, minor) != ("1", "0"):
+            raise _BadHost(
+                "the request has no Host header, which HTTP/1.1 requires: send the name "
+                "the gateway is reached by, e.g. `Host: 127.0.0.1:PORT` (RFC 9112 §3.2)"
+            )
 
     def on_body(self, body: bytes) -> None:
         self._held = -1
@@ -612,6 +653,8 @@ class Protocol(asyncio.Protocol):
 
 def _problem(exc: BaseException | None) -> str:
     cause = exc.__context__ if isinstance(exc, httptools.HttpParserCallbackError) else exc
+    if isinstance(cause, _BadHost):
+        return str(cause)
     for kind, words in PROBLEMS:
         if isinstance(cause, kind):
             return words
