@@ -12,6 +12,7 @@ for ``BODY_STALL`` s (a 408), not only after 120 s.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import socket
 from collections.abc import Iterator
@@ -20,9 +21,12 @@ from typing import Any
 import pytest
 from harness.rawhttp import exchange, openai_error, parse, request
 from procs import free_ports
+from test_server import Served, answer, run
 from test_upstream import Rude, ready, route
 
+from controller.gateway.http.messages import Request, Response, StreamResponse
 from controller.gateway.lifecycle.app import Gateway
+from controller.gateway.routing.concurrency import Bodies, Held
 from controller.gateway.settings import DEFAULT_MAX_BODY, DEFAULT_MAX_BODY_TOTAL, Settings
 from controller.gateway.surface import bodies
 
@@ -122,3 +126,45 @@ def _answer(sock: socket.socket) -> bytes:
         while chunk := sock.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+ROOM = 4096  # --max-body-total (and --max-body) of the test below
+CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (3000, b"x" * 3000)
+GZIPPED = gzip.compress(b" " * 100_000)  # ~150 bytes that decode to 100 kB
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [CHUNKED, b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(GZIPPED), GZIPPED)],
+    ids=["chunked", "gzip"],
+)
+def test_a_body_that_outgrows_the_room_left_is_a_503_and_gives_it_back(rest: bytes) -> None:
+    """Half the room held by another request: a chunked body of 3000 bytes, or a gzip
+    body that decodes to 100 kB (its Content-Length reserved, not what it decodes to),
+    finds no room for what it takes: a 503 `server_busy` that says to send a
+    Content-Length, and what it held is given back."""
+    room = Bodies(total=ROOM, wait=0.1)
+
+    async def read(request: Request) -> StreamResponse:
+        hold = Held(room, bodies.held(request, ROOM, None))
+        assert await room.take(hold.size)
+        try:
+            said = await bodies.read(request, 100_000, None, hold)
+        finally:
+            hold.give()
+        assert isinstance(said, Response)
+        return said
+
+    async def test() -> None:
+        other = Held(room, ROOM // 2)
+        assert await room.take(other.size)
+        async with Served(read) as s:
+            reader, writer = await s.connect()
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + rest)
+            status, _, body = await answer(reader)
+            error = json.loads(body)["error"]
+            assert (status, error["code"]) == (503, "server_busy"), body
+            assert "send it with a Content-Length" in error["message"], error
+            assert room.held == ROOM // 2
+
+    run(test)
