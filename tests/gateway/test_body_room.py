@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import json
+import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,13 +37,19 @@ BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]
 HOLDERS = DEFAULT_MAX_BODY_TOTAL // DEFAULT_MAX_BODY  # heads that held all the room (4)
 
 
-@pytest.fixture
-def served(reconcile: Any) -> Iterator[Gateway]:
-    """A gateway in this process whose requests wait 10 s for room (30 s by default: a
-    request locked out is a 503 sooner), and "m" routed to a real engine that answers."""
+KEYS = ("sk-body-room-one-0000000000", "sk-body-room-two-0000000000")
+
+
+def _serve(reconcile: Any, wait: float, keys: Path | None) -> Iterator[Gateway]:
+    """A gateway in this process whose requests wait ``wait`` s for room (30 s by default:
+    a request locked out is a 503 sooner), "m" routed to a real engine that answers."""
     reconcile.state.mkdir(parents=True, exist_ok=True)
     settings = Settings(
-        host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state, queue_wait=10.0
+        host="127.0.0.1",
+        port=free_ports(1),
+        state_dir=reconcile.state,
+        queue_wait=wait,
+        api_keys=keys,
     )
     gateway = Gateway(settings)
     gateway.start(lambda: None)
@@ -50,6 +59,21 @@ def served(reconcile: Any) -> Iterator[Gateway]:
         yield gateway
     finally:
         gateway.stop()
+
+
+@pytest.fixture
+def served(reconcile: Any) -> Iterator[Gateway]:
+    yield from _serve(reconcile, 10.0, None)
+
+
+@pytest.fixture
+def keyed(reconcile: Any) -> Iterator[Gateway]:
+    """With API keys (``KEYS``); a request waits 2 s for room, well within the holders'
+    ``BODY_STALL`` (10 s): what it finds held is still held when its wait ends."""
+    keys = reconcile.tmp / "keys.txt"
+    keys.write_text("\n".join(KEYS) + "\n")
+    os.chmod(keys, 0o600)
+    yield from _serve(reconcile, 2.0, keys)
 
 
 @contextlib.contextmanager
@@ -116,6 +140,37 @@ def test_a_sized_body_that_stops_coming_gives_its_room_back(
         error = openai_error(late)
         assert late.status == 408 and error is not None, late
         assert "nothing of it arrived for 3 seconds" in error["message"], error
+    reconcile.wait_for(lambda: _held(served) == 0, what="the room given back")
+
+
+def test_one_api_key_holds_at_most_half_of_the_room(reconcile: Any, keyed: Gateway) -> None:
+    """Four heads of 32 MiB bodies under one key and a byte each (a client that sent a
+    byte every few seconds would hold their room for the body's 120 s, ``BODY_STALL``
+    notwithstanding): the key holds half the room (two of them; the others wait), and
+    another key's POST is answered at once; the first key's own next request waits for
+    its share, and its 503 says so."""
+    served = keyed
+    port = served.settings.port
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {KEYS[0]}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {DEFAULT_MAX_BODY}\r\n\r\n{{"
+    ).encode()
+    one = hashlib.sha256(KEYS[0].encode()).hexdigest()[:8]  # the key's label
+    half = DEFAULT_MAX_BODY_TOTAL // 2
+    with holders(port, head):
+        assert served.front is not None
+        room = served.front.bodies
+        reconcile.wait_for(lambda: room.peer_held(one) == half, what="the key's half held")
+        other = request("POST", "/v1/chat/completions", BODY, {"x-api-key": KEYS[1]})
+        answer = exchange(port, other, timeout=30)
+        assert answer.status == 200 and answer.json()["object"] == "ok", answer
+        own = request("POST", "/v1/chat/completions", BODY, {"x-api-key": KEYS[0]})
+        refused = exchange(port, own, timeout=30)  # after its 2 s wait
+        error = openai_error(refused)
+        assert refused.status == 503 and error is not None, refused
+        assert f"API key {one} holds {half} bytes" in error["message"], error
+        assert room.held == half
     reconcile.wait_for(lambda: _held(served) == 0, what="the room given back")
 
 

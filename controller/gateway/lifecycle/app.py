@@ -292,7 +292,7 @@ class Gateway:
             table=table,
             metrics=self.metrics,
             max_body=s.max_body,
-            bodies=Bodies(total=max(s.max_body_total, s.max_body), wait=s.queue_wait),
+            bodies=bodies_room(s),
             forwarder=forwarder,
             state_dir=s.state_dir,
             keys=self.keys,
@@ -361,6 +361,15 @@ class Gateway:
             await self.front.session.close()
         if self._upstream is not None:
             await self._upstream.close()
+
+
+def bodies_room(settings: Settings) -> Bodies:
+    """The room for request bodies: ``--max-body-total`` (never below ``--max-body``), of
+    which an API key holds at most half (one body of ``--max-body`` at least). Without
+    keys the gateway is on loopback, its clients one host's and told apart by nothing."""
+    total = max(settings.max_body_total, settings.max_body)
+    share = max(total // 2, settings.max_body) if settings.api_keys is not None else None
+    return Bodies(total=total, wait=settings.queue_wait, share=share)
 
 
 def _tls(settings: Settings) -> Tls | None:

@@ -91,46 +91,73 @@ class Bodies:
     gateway to 1.9 GB before any limit. A body whose size shows only as it arrives
     (chunked, or encoded) reserves what it turns out to take (``Held.cover``): reserved at
     ``--max-body`` up front, four such heads and a byte each held all the room.
+
+    One peer (an API key) holds at most ``share`` of it: heads of sized bodies that send
+    a byte now and then hold their size however little they send, and one key's could
+    hold all of it; the rest is always left to the others.
     """
 
-    def __init__(self, *, total: int, wait: float) -> None:
+    def __init__(self, *, total: int, wait: float, share: int | None = None) -> None:
         self.total = total
         self.wait = wait
+        self.share = min(share or total, total)  # what one peer may hold at once
         self.held = 0
+        self._peers: dict[str, int] = {}  # bytes held by each peer (kept under a share)
         self._freed = asyncio.Event()
         self._waiting = 0  # requests waiting for room
 
-    async def take(self, size: int) -> bool:
-        """Reserve ``size`` bytes (at most ``total``); False when the wait ran out."""
-        size = min(size, self.total)
-        if self.held + size <= self.total:
+    def peer_held(self, peer: str) -> int:
+        return self._peers.get(peer, 0)
+
+    def _fits(self, size: int, peer: str) -> bool:
+        if self.held + size > self.total:
+            return False
+        return self.share == self.total or self._peers.get(peer, 0) + size <= self.share
+
+    def _add(self, size: int, peer: str) -> None:
+        self.held += size
+        if self.share < self.total:
+            self._peers[peer] = self._peers.get(peer, 0) + size
+
+    async def take(self, size: int, peer: str = "") -> bool:
+        """Reserve ``size`` bytes (at most ``share``) for ``peer``; False when the wait
+        ran out."""
+        size = min(size, self.share)
+        if self._fits(size, peer):
             # Room now: no clock, no loop (on Python 3.11 asyncio's lookup of the running
             # loop is a getpid() system call: ~3% of a profile at one client).
-            self.held += size
+            self._add(size, peer)
             return True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait
         self._waiting += 1
         try:
-            while self.held + size > self.total:
+            while not self._fits(size, peer):
                 await asyncio.wait_for(self._freed.wait(), deadline - loop.time())
         except TimeoutError:
             return False
         finally:
             self._waiting -= 1
-        self.held += size
+        self._add(size, peer)
         return True
 
-    def grow(self, size: int) -> bool:
+    def grow(self, size: int, peer: str = "") -> bool:
         """Reserve ``size`` bytes more, at once or not at all: a body that waited for room
         while holding part of it could wait on others that wait on it."""
-        if self.held + size > self.total:
+        if not self._fits(size, peer):
             return False
-        self.held += size
+        self._add(size, peer)
         return True
 
-    def give(self, size: int) -> None:
-        self.held -= min(size, self.total)
+    def give(self, size: int, peer: str = "") -> None:
+        size = min(size, self.share)
+        self.held -= size
+        if self.share < self.total:
+            left = self._peers.get(peer, 0) - size
+            if left > 0:
+                self._peers[peer] = left
+            else:
+                self._peers.pop(peer, None)
         if self._waiting:
             # Every waiter looks again (each sees what is free now); the next ones wait anew.
             self._freed.set()
@@ -138,21 +165,23 @@ class Bodies:
 
 
 class Held:
-    """One request's part of ``Bodies``: what it reserved before its body came, grown to
-    what the body turns out to take (``cover``), given back whole when its answer ends."""
+    """One request's part of ``Bodies``: what it reserved before its body came (for
+    ``peer``), grown to what the body turns out to take (``cover``), given back whole
+    when its answer ends."""
 
-    __slots__ = ("_bodies", "size")
+    __slots__ = ("_bodies", "peer", "size")
 
-    def __init__(self, bodies: Bodies, size: int) -> None:
+    def __init__(self, bodies: Bodies, size: int, peer: str = "") -> None:
         self._bodies = bodies
-        self.size = min(size, bodies.total)  # what ``take`` reserved
+        self.peer = peer
+        self.size = min(size, bodies.share)  # what ``take`` reserved
 
     def cover(self, size: int) -> bool:
         """Whether ``size`` bytes of body fit this reservation, grown at once if room is
         free; False when it is not (the request is refused: its part stays until then)."""
         if size <= self.size:
             return True
-        if not self._bodies.grow(size - self.size):
+        if not self._bodies.grow(size - self.size, self.peer):
             return False
         self.size = size
         return True
@@ -162,15 +191,19 @@ class Held:
         for it, as ``Bodies.take`` does: holding none, it keeps no one else waiting."""
         if self.size or not size:
             return self.cover(size)
-        if not await self._bodies.take(size):
+        if not await self._bodies.take(size, self.peer):
             return False
-        self.size = min(size, self._bodies.total)
+        self.size = min(size, self._bodies.share)
         return True
 
     @property
     def total(self) -> int:
         return self._bodies.total
 
+    @property
+    def share(self) -> int:
+        return self._bodies.share
+
     def give(self) -> None:
-        self._bodies.give(self.size)
+        self._bodies.give(self.size, self.peer)
         self.size = 0

@@ -134,10 +134,11 @@ class Paced:
 
 def _outgrew(hold: Held) -> Response:
     """A body whose size showed only as it came, with no room left for the rest."""
+    share = f", {hold.share} of them one API key's" if hold.share < hold.total else ""
     why = (
-        f"the gateway holds {hold.total} bytes of request bodies at once (--max-body-total) "
-        "and this body, sent without a Content-Length (chunked, or encoded), grew past the "
-        "room left; retry later, or send it with a Content-Length to wait for room"
+        f"the gateway holds {hold.total} bytes of request bodies at once (--max-body-total"
+        f"{share}) and this body, sent without a Content-Length (chunked, or encoded), grew "
+        "past the room left; retry later, or send it with a Content-Length to wait for room"
     )
     return error(503, why, "server_busy", retry_after=RETRY_AFTER)
 

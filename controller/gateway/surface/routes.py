@@ -324,17 +324,28 @@ class Front:
         # rest as it arrives: bodies.read), and held until the answer ends.
         incoming.mark = bodies.multipart(incoming.request)
         size = bodies.held(incoming.request, self.max_body, incoming.mark)
-        if not await self.bodies.take(size):
-            why = (
-                f"the gateway holds {self.bodies.total} bytes of request bodies at once "
-                "(--max-body-total) and none were freed in time; retry later"
-            )
+        if not await self.bodies.take(size, key):
+            why = self._no_room(key, size)
             return "-", error(503, why, "server_busy", retry_after=RETRY_AFTER)
-        hold = Held(self.bodies, size)
+        hold = Held(self.bodies, size, key)
         try:
             return await self._route_held(incoming, key, hold)
         finally:
             hold.give()
+
+    def _no_room(self, key: str, size: int) -> str:
+        """Why a body of ``size`` found no room in time: all of it held, or its key's share."""
+        room = self.bodies
+        if room.share < room.total and room.peer_held(key) + size > room.share:
+            return (
+                f"API key {key} holds {room.peer_held(key)} bytes of request bodies, and one "
+                f"key may hold {room.share} at once (half of --max-body-total) while its "
+                "bodies arrive and are answered; none were freed in time: retry later"
+            )
+        return (
+            f"the gateway holds {room.total} bytes of request bodies at once "
+            "(--max-body-total) and none were freed in time; retry later"
+        )
 
     async def _route_held(
         self, incoming: Incoming, key: str, hold: Held
