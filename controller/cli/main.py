@@ -538,7 +538,10 @@ def _gateway_flags(parser: Parser) -> None:
         "--max-body-total",
         type=int,
         metavar="BYTES",
-        help="request bodies held at once, all together (128 MiB); past it wait, then 503",
+        help=(
+            "request bodies held at once, all together (128 MiB; one API key at most half);"
+            " past it wait, then 503"
+        ),
     )
     flag("--max-inflight", type=int, metavar="N", help="concurrent requests per deployment (128)")
     flag(
