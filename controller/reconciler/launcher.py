@@ -68,7 +68,7 @@ LATE_SWEEP_POLL = 0.05  # seconds between the sweeps of a dead reservation's lat
 T = TypeVar("T")
 
 # The teardowns a daemon's pass begins and a later pass finishes (``Launcher.begin``).
-Deferred = Stop | Park | Preempt | Fail
+Deferred = Stop | Park | Preempt | Fail | Promote
 # What a Fail's teardown ends in: its record written, the failure said (the executor's).
 FailEnd = Callable[[Record, Fail], None]
 
@@ -477,6 +477,11 @@ class Launcher:
                 self._preempted(rec, action)
             case Fail():
                 self.failed(rec, action)
+            case Promote():
+                # The old record goes as an interrupted promotion's does: the planner's
+                # next round renames ``@next`` (planner/rolling ``judge_next``), which may
+                # have been abandoned meanwhile (a newer spec): then it is not renamed.
+                self._stopped(rec, Stop(name=rec.name, reason=action.reason))
             case _:
                 assert_never(action)
 
@@ -590,7 +595,8 @@ class Launcher:
         """GatewayDrain and stop the old instance, then rename ``<name>@next`` to ``<name>``.
 
         Crash-safe in every step: the old record goes Terminating before its teardown
-        (a later pass finishes it), the rename is one atomic write of the new record
+        (a later pass finishes it; in the daemon a later pass always does, and the round
+        after renames: ``begin``), the rename is one atomic write of the new record
         under the old name (the same nonce in both tells a later pass to finish), and
         only then is ``@next`` deleted.
         """
@@ -600,6 +606,8 @@ class Launcher:
         old = self.store.read(action.name)
         if old is not None and old.nonce != new.nonce:
             self._drain(old, new, action.verb, action.reason)
+            if self.begin(old, action, "executor.promote.after_terminating"):
+                return True  # the daemon's: the rename comes once the old group is gone
             self._terminate(old, action.verb, action.reason, "executor.promote.after_terminating")
         self.store.write(replace(new, name=action.name))
         failpoints.hit("executor.promote.after_rename")

@@ -287,3 +287,28 @@ def test_a_preemption_waits_for_its_victims_group_and_holds_up_nothing(
     preempts = [e["outcome"] for e in rc.events("low") if e["action"] == "preempt"]
     assert preempts == ["stopped; Pending until room returns"], preempts
     finish(d)
+
+
+def test_a_promotion_renames_once_the_old_group_is_gone_and_holds_up_nothing(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    stubborn(rc, "web", strategy="RollingUpdate")
+    d = daemon()
+    old = d.wait(lambda: stubborn_pid(rc, "web"), "web Ready, SIGTERM ignored")
+    # A new spec: web@next beside the old, promoted once Ready. The old engine keeps its
+    # record's grace (LONG_GRACE); the new one's is short, for finish's `down`.
+    stubborn(rc, "web", grace=1, strategy="RollingUpdate", env={"CHANGED": "1"})
+    d.wait(lambda: terminating(rc, "web") == old, "the old web Terminating (promoted)")
+    new = ready_pid(rc, "web@next")
+    assert new is not None, rc.events("web")
+    rc.write("other", **sleeper())
+    d.wait(lambda: ready_pid(rc, "other"), "other Ready while the old web stops")
+    assert terminating(rc, "web") == old and ready_pid(rc, "web@next") == new, rc.events("web")
+    os.killpg(old, signal.SIGKILL)
+    d.wait(lambda: ready_pid(rc, "web") == new and rc.record("web@next") is None,
+           "web@next renamed web once the old group is gone")  # fmt: skip
+    assert not group(old)
+    assert rc.record("web")["stored_spec"]["env"] == {"CHANGED": "1"}
+    assert [e["action"] for e in rc.events("web")][-1] == "promote", rc.events("web")
+    finish(d)
