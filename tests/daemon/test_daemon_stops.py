@@ -312,3 +312,23 @@ def test_a_promotion_renames_once_the_old_group_is_gone_and_holds_up_nothing(
     assert rc.record("web")["stored_spec"]["env"] == {"CHANGED": "1"}
     assert [e["action"] for e in rc.events("web")][-1] == "promote", rc.events("web")
     finish(d)
+
+
+def test_a_daemon_killed_while_a_park_waits_leaves_the_next_to_park_it(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    stubborn(rc, "parked", replicas=1)
+    first = daemon()
+    old = first.wait(lambda: stubborn_pid(rc, "parked"), "parked Ready, SIGTERM ignored")
+    stubborn(rc, "parked", replicas=0)  # scaled to zero: Park
+    first.wait(lambda: terminating(rc, "parked") == old, "parked Terminating")
+    first.stop(signal.SIGKILL)
+    second = daemon()
+    second.wait_pass()  # its first pass found the teardown under way and went on
+    assert terminating(rc, "parked") == old, rc.events("parked")
+    os.killpg(old, signal.SIGKILL)  # the engine's exit: the next daemon finishes it
+    second.wait(lambda: phase(rc, "parked") == "Idle", "parked Idle (parked again)")
+    assert not group(old)
+    assert rc.record("parked")["devices"] == [], rc.record("parked")
+    finish(second)
