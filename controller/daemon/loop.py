@@ -62,7 +62,7 @@ LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds th
 LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
 HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waiting its turn)
-# Terminating too: a deferred stop (launcher.py ``_begin``) is finished by the pass its
+# Terminating too: a deferred teardown (launcher.py ``begin``) is finished by the pass its
 # engine's exit asks for, or by the one at its grace's end (``_next_due``).
 WATCHED = (Phase.STARTING, Phase.READY, Phase.TERMINATING)
 AT_ONCE = "folder at once"  # the pass of a first whole change after quiet (_debounce)

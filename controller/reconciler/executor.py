@@ -100,6 +100,7 @@ class Executor:
             drain=drain,
             puller=self.puller,
             reserve=reserve,
+            failed=self._failed,
         )
 
     # -- the one entry point ------------------------------------------------------
@@ -199,7 +200,14 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is None:
             return False
+        if self.launcher.begin(rec, action):
+            return True  # in the daemon: its record written once its group is gone
         self.launcher.tear(rec, action.verb, action.reason, lambda: self.backend.teardown(rec))
+        self._failed(rec, action)
+        return True
+
+    def _failed(self, rec: Record, action: Fail) -> None:
+        """After a Fail's teardown: the outcome on record (``rec``: the record then)."""
         failed = replace(
             rec,
             phase=action.phase,
@@ -214,7 +222,6 @@ class Executor:
         self.store.write(failed)
         self.event(action.name, action.verb, action.reason, str(action.phase), **self._why(action))
         self._notify_fail(rec, action)
-        return True
 
     def _notify_fail(self, before: Record, action: Fail) -> None:
         """A deployment entering Failed or BackOff, for node.yaml's hooks: a crash loop is

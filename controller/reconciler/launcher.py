@@ -17,11 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, assert_never
 
 from controller import failpoints
 from controller.backends.base import Backend, Held, Puller, StartRequest
 from controller.core.actions import (
+    Fail,
     Fetch,
     Park,
     Preempt,
@@ -66,6 +67,15 @@ LATE_SWEEP_POLL = 0.05  # seconds between the sweeps of a dead reservation's lat
 
 T = TypeVar("T")
 
+# The teardowns a daemon's pass begins and a later pass finishes (``Launcher.begin``).
+Deferred = Stop | Park | Preempt | Fail | Promote
+# What a Fail's teardown ends in: its record written, the failure said (the executor's).
+FailEnd = Callable[[Record, Fail], None]
+
+
+def no_fail_end(rec: Record, action: Fail) -> None:
+    raise RuntimeError("this launcher was built without a Fail's end: it cannot fail one")
+
 
 def no_drain(old: Record, new: Record | None) -> None:
     """No front door (`--once`, `up`): nothing is routed to the old one, nothing waits."""
@@ -105,15 +115,16 @@ class Launcher:
     # The daemon's: a stop signals and goes on, a later pass finishes it (``stop``), so
     # one engine's grace period holds up no other deployment. `--once` and `down` wait.
     defer_stops: bool = False
+    failed: FailEnd = no_fail_end  # after a Fail's teardown (the executor's record write)
 
     def __post_init__(self) -> None:
         self.memory.owner_of = self._owner_of
         self._kept: dict[str, str] = {}  # a Ready engine kept for its replacement: why
         self._held: dict[str, str] = {}  # ... or not stopped (not proven ours): take_held
         self._dropping = threading.Lock()  # see _drop
-        # The deferred stops this launcher signalled: name -> (the Stop, its nonce), what
-        # their end does (drop the record, or leave it Pending for a replacement).
-        self._stopping: dict[str, tuple[Stop, str | None]] = {}
+        # The deferred teardowns this launcher signalled: name -> (the action, its nonce),
+        # what their end does (``_ended``: drop the record, Pending, Idle, BackOff...).
+        self._stopping: dict[str, tuple[Deferred, str | None]] = {}
 
     # -- starting -----------------------------------------------------------------
 
@@ -400,7 +411,7 @@ class Launcher:
             # a recreate: requests in flight end first, new ones wait; a replica scaled
             # away: its requests end first, the other replicas take the new ones
             self._drain(rec, None, action.verb, action.reason)
-        if self.defer_stops and not late and self._begin(rec, action):
+        if not late and self.begin(rec, action, "executor.stop.after_terminating"):
             return True
         self._terminate(rec, action.verb, action.reason, "executor.stop.after_terminating")
         if late:
@@ -408,27 +419,34 @@ class Launcher:
         self._stopped(rec, action)
         return True
 
-    def _begin(self, rec: Record, action: Stop) -> bool:
-        """A deferred stop: Terminating, with when its grace ends (``backoff_until``), then
-        the stop signal, and the pass goes on. The record keeps its devices and port until
-        the group is gone (invariants 1, 2): a later pass finishes it (``_finish``), woken
-        by the engine's exit or the grace's end. False: the backend stops this instance by
-        ``teardown`` alone (nothing was sent), which the caller runs as before."""
+    def begin(self, rec: Record, action: Deferred, point: str | None = None) -> bool:
+        """A deferred teardown (the daemon's, ``defer_stops``): Terminating, with when its
+        grace ends (``backoff_until``), then the stop signal, and the pass goes on. The
+        record keeps its devices and port until the group is gone (invariants 1, 2): a
+        later pass finishes it (``_finish``), woken by the engine's exit or the grace's
+        end, and then does what ``action`` does after its teardown (``_ended``). False:
+        not deferred (`--once`, `down`; an engine already gone; a backend that stops this
+        instance by ``teardown`` alone, nothing sent), which the caller runs as before."""
+        if not self.defer_stops or self.backend.stopped(rec):
+            return False  # nothing to wait for: the teardown's sweep is quick
         until = self.maker.now() + timedelta(seconds=rec.grace_seconds)
         marked = replace(rec, phase=Phase.TERMINATING, message=action.reason, backoff_until=until)
         self._mark_terminating(marked)
-        failpoints.hit("executor.stop.after_terminating")
+        if point is not None:
+            failpoints.hit(point)
         if not self.tear(rec, action.verb, action.reason, lambda: self.backend.signal_stop(rec)):
             return False
-        # Journalled once, at its end, as a stop that waited was: the record says it now.
+        # Journalled once, at its end, as a teardown that waited was: the record says it now.
         self._stopping[rec.name] = (action, rec.nonce)
         return True
 
     def _finish(self, rec: Record, action: Stop) -> bool:
-        """A deferred stop's end, once its group is gone or its grace is over (then the
-        SIGKILL): the teardown, then what its Stop does after one. Neither yet: nothing
+        """A deferred teardown's end, once its group is gone or its grace is over (then the
+        SIGKILL): the teardown, then what its action does after one. Neither yet: nothing
         changes, the grace runs on. One this launcher did not begin (a daemon before it
-        was killed, maybe before its signal) is signalled now, its deadline kept."""
+        was killed, maybe before its signal) is signalled now, its deadline kept, and
+        ends as the planner's ``Stop`` does (the record dropped; a declared deployment
+        starts again from the next round)."""
         began = self._stopping.get(rec.name)
         if began is None or began[1] != rec.nonce:
             if not self.tear(
@@ -445,8 +463,27 @@ class Launcher:
         first = began[0]
         self.tear(rec, first.verb, first.reason, lambda: self.backend.teardown(spent))
         self._stopping.pop(rec.name, None)
-        self._stopped(rec, first)
+        self._ended(rec, first)
         return True
+
+    def _ended(self, rec: Record, action: Deferred) -> None:
+        """What ``action`` does once its teardown is through (``rec``: the record then)."""
+        match action:
+            case Stop():
+                self._stopped(rec, action)
+            case Park():
+                self._parked(action)
+            case Preempt():
+                self._preempted(rec, action)
+            case Fail():
+                self.failed(rec, action)
+            case Promote():
+                # The old record goes as an interrupted promotion's does: the planner's
+                # next round renames ``@next`` (planner/rolling ``judge_next``), which may
+                # have been abandoned meanwhile (a newer spec): then it is not renamed.
+                self._stopped(rec, Stop(name=rec.name, reason=action.reason))
+            case _:
+                assert_never(action)
 
     def carry_stops(self, before: Launcher) -> None:
         """The deferred stops a launcher this one replaces (a reload) had begun."""
@@ -558,7 +595,8 @@ class Launcher:
         """GatewayDrain and stop the old instance, then rename ``<name>@next`` to ``<name>``.
 
         Crash-safe in every step: the old record goes Terminating before its teardown
-        (a later pass finishes it), the rename is one atomic write of the new record
+        (a later pass finishes it; in the daemon a later pass always does, and the round
+        after renames: ``begin``), the rename is one atomic write of the new record
         under the old name (the same nonce in both tells a later pass to finish), and
         only then is ``@next`` deleted.
         """
@@ -568,6 +606,8 @@ class Launcher:
         old = self.store.read(action.name)
         if old is not None and old.nonce != new.nonce:
             self._drain(old, new, action.verb, action.reason)
+            if self.begin(old, action, "executor.promote.after_terminating"):
+                return True  # the daemon's: the rename comes once the old group is gone
             self._terminate(old, action.verb, action.reason, "executor.promote.after_terminating")
         self.store.write(replace(new, name=action.name))
         failpoints.hit("executor.promote.after_rename")
@@ -587,22 +627,34 @@ class Launcher:
             # may have sent one since: it ends before the teardown, new ones wake it again.
             self._drain(rec, None, action.verb, action.reason)
         if rec is not None and (rec.holds or rec.ref is not None):
+            if self.begin(rec, action):
+                return True  # Idle once its group is gone (``_ended``)
             self._terminate(rec, action.verb, action.reason)
-        self.store.write(self.maker.idle(action.entry, action.reason, name=action.name))
-        self.event(action.name, action.verb, action.reason, "idle: holds nothing")
+        self._parked(action)
         return rec is None or rec.phase is not Phase.IDLE or rec.spec_hash != action.entry.hash
 
+    def _parked(self, action: Park) -> None:
+        self.store.write(self.maker.idle(action.entry, action.reason, name=action.name))
+        self.event(action.name, action.verb, action.reason, "idle: holds nothing")
+
     def preempt(self, action: Preempt) -> bool:
-        """Stop the engine; the record stays Pending, holding nothing, saying who won."""
+        """Stop the engine; the record stays Pending, holding nothing, saying who won. In
+        the daemon the record is Terminating, holding its devices, until its group is
+        gone: the winner's start waits for them (its reservation finds them held)."""
         rec = self.store.read(action.name)
         if rec is None:
             return False
         if rec.holds:  # its answers in flight end first (at most its grace period)
             self._drain(rec, None, action.verb, action.reason)
+        if self.begin(rec, action):
+            return True
         self.tear(rec, action.verb, action.reason, lambda: self.backend.teardown(rec))
+        self._preempted(rec, action)
+        return True
+
+    def _preempted(self, rec: Record, action: Preempt) -> None:
         self.store.write(_unplaced(rec, action.reason))
         self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")
-        return True
 
     def release(self, action: Release) -> bool:
         late = self._may_exec_late(self.store.read(action.name), action.nonce)

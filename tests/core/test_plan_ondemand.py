@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import NOW, desired, entry, inventory, observed, record, view
 
-from controller.core.actions import Hold, Park, Preempt, Start
+from controller.core.actions import Hold, Park, Preempt, Start, Stop
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest.specs import Entry
 from controller.core.plan import Desired, plan
@@ -214,3 +214,15 @@ def test_property_parks_only_idle_engines_and_never_double_books(
     started = [d for a in actions if isinstance(a, Start) for d in a.devices]
     assert not set(started) & held, actions
     assert len(started) == len(set(started)), actions
+
+
+def test_a_start_waits_for_a_terminating_engines_room_and_parks_no_other() -> None:
+    """A swap the daemon began leaves the parked engine Terminating, holding its device
+    until its group is gone (launcher ``begin``): the start it made room for waits for
+    that device, and no second idle engine is parked for it meanwhile."""
+    idle, idle_view, asked = _idle()
+    gone = entry("gone", **LAZY)
+    going = record("gone", spec=gone, devices=("nvidia:0",), port=9600, phase=Phase.TERMINATING)
+    want = desired(idle, gone, CHAT, activations={"idle": asked, **NOW_ASKED})
+    actions = plan(want, observed(idle_view, view(going, alive=True)), TWO, NOW)
+    assert [(type(a), a.name) for a in actions] == [(Stop, "gone"), (Hold, "chat")], actions

@@ -161,3 +161,174 @@ def test_a_daemon_killed_while_an_engine_terminates_leaves_the_next_to_finish_it
     outcomes = [e["outcome"] for e in rc.events("slow") if e["action"] == "stop"]
     assert outcomes[-1] == "stopped; record dropped", outcomes
     finish(second)
+
+
+# An engine that answers GET /health with 200 while ``<dir>/healthy`` exists (its liveness
+# probe's target) and ignores SIGTERM while ``<dir>/stubborn`` exists (checked at the
+# signal: the test lets it go), serving on the port its record was given.
+FAILING = (
+    "import http.server, os, signal, sys\n"
+    "where, port = sys.argv[1], int(sys.argv[2])\n"
+    "def term(signum, frame):\n"
+    "    if not os.path.exists(os.path.join(where, 'stubborn')):\n"
+    "        os._exit(0)\n"
+    "signal.signal(signal.SIGTERM, term)\n"
+    "class Health(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        ok = os.path.exists(os.path.join(where, 'healthy'))\n"
+    "        self.send_response(200 if ok else 503)\n"
+    "        self.end_headers()\n"
+    "    def log_message(self, *args):\n"
+    "        pass\n"
+    "http.server.HTTPServer(('127.0.0.1', port), Health).serve_forever()\n"
+)
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether ``pid``'s caught signals (``SigCgt`` in its status) hold SIGTERM."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def test_a_liveness_kill_does_not_hold_up_a_crash_restart(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    flags = rc.tmp / "failing"
+    flags.mkdir()
+    (flags / "healthy").touch()
+    (flags / "stubborn").touch()
+    liveness = {"httpGet": {"path": "/health"}, "periodSeconds": 0.3, "timeoutSeconds": 1,
+                "failureThreshold": 2}  # fmt: skip
+    rc.write("hangs", command=[PYTHON, "-c", FAILING, str(flags), "{port}"],
+             readiness={"httpGet": {"path": "/health"}, "periodSeconds": 0.2},
+             livenessProbe=liveness, stopGracePeriodSeconds=LONG_GRACE)  # fmt: skip
+    d = started(rc, daemon, "steady")
+    old = d.wait(lambda: (p := ready_pid(rc, "hangs")) and catches_sigterm(p) and p,
+                 "hangs Ready, its SIGTERM handler set")  # fmt: skip
+    steady = ready_pid(rc, "steady")
+    assert steady is not None
+    (flags / "healthy").unlink()  # its liveness probe fails: the kill ignores SIGTERM
+    d.wait(lambda: terminating(rc, "hangs") == old, "hangs Terminating (the liveness kill)")
+    os.kill(steady, signal.SIGKILL)  # a crash while the kill's grace runs
+    d.wait(lambda: (p := ready_pid(rc, "steady")) != steady and p, "steady restarted")
+    rc.write("new", **sleeper())  # and a new manifest
+    d.wait(lambda: ready_pid(rc, "new"), "new Ready")
+    # Both while the kill was in its grace: before, the pass waited it out first.
+    assert terminating(rc, "hangs") == old, rc.events("hangs")
+    (flags / "healthy").touch()
+    (flags / "stubborn").unlink()  # its next engine stops at SIGTERM (finish's down)
+    os.killpg(old, signal.SIGKILL)  # the engine's exit: the daemon finishes the kill
+    again = d.wait(lambda: (p := ready_pid(rc, "hangs")) != old and p, "hangs restarted")
+    assert not group(old)
+    fails = [e for e in rc.events("hangs") if e["action"] == "fail"]
+    assert [e["outcome"] for e in fails] == ["BackOff"], fails
+    assert fails[0]["reason"].startswith("liveness probe GET /health failed 2 times"), fails
+    rec = rc.record("hangs")
+    assert rec is not None and rec["restarts"] == 1 and rec["ref"]["pid"] == again, rec
+    finish(d)
+
+
+def test_a_park_does_not_hold_up_a_new_manifest(reconcile: Any, daemon: Any, finish: Any) -> None:
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    stubborn(rc, "parked", replicas=1, devices={"count": 1})
+    d = daemon()
+    old = d.wait(lambda: stubborn_pid(rc, "parked"), "parked Ready, SIGTERM ignored")
+    stubborn(rc, "parked", replicas=0, devices={"count": 1})  # scaled to zero: Park
+    d.wait(lambda: terminating(rc, "parked") == old, "parked Terminating")
+    rc.write("new", **sleeper())
+    d.wait(lambda: ready_pid(rc, "new"), "new Ready while parked stops")
+    rc.write("gpu", devices={"count": 1}, **sleeper())
+    d.wait(lambda: phase(rc, "gpu") == "Pending", "gpu waits for parked's device")
+    # The Terminating record keeps its device until its group is gone (invariant 1).
+    assert terminating(rc, "parked") == old, rc.events("parked")
+    assert rc.status("parked")["parked"]["devices"] == ["nvidia:0"]
+    assert rc.status("gpu")["gpu"]["devices"] == []
+    os.killpg(old, signal.SIGKILL)
+    d.wait(lambda: phase(rc, "parked") == "Idle", "parked Idle once its group is gone")
+    assert not group(old)
+    d.wait(lambda: ready_pid(rc, "gpu"), "gpu Ready on the freed device")
+    assert rc.status("gpu")["gpu"]["devices"] == ["nvidia:0"]
+    parks = [e["outcome"] for e in rc.events("parked") if e["action"] == "park"]
+    assert parks == ["idle: holds nothing"], parks
+    finish(d)
+
+
+def test_a_preemption_waits_for_its_victims_group_and_holds_up_nothing(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    stubborn(rc, "low", devices={"count": 1}, priority=0)
+    d = daemon()
+    old = d.wait(lambda: stubborn_pid(rc, "low"), "low Ready, SIGTERM ignored")
+    rc.write("high", devices={"count": 1}, priority=10, **sleeper())
+    d.wait(lambda: terminating(rc, "low") == old, "low Terminating (preempted)")
+    rc.write("other", **sleeper())
+    d.wait(lambda: ready_pid(rc, "other"), "other Ready while low stops")
+    # The preemptor is nominated, not started: the victim's device is its own until its
+    # group is gone (invariant 1), and nobody else is preempted meanwhile.
+    assert terminating(rc, "low") == old, rc.events("low")
+    assert phase(rc, "high") == "Pending", rc.status("high")
+    assert rc.status("low")["low"]["devices"] == ["nvidia:0"]
+    assert rc.status("high")["high"]["devices"] == []
+    os.killpg(old, signal.SIGKILL)
+    d.wait(lambda: ready_pid(rc, "high"), "high Ready once low's group is gone")
+    assert not group(old)
+    assert rc.status("high")["high"]["devices"] == ["nvidia:0"]
+    low = rc.status("low")["low"]
+    assert low["phase"] == "Pending" and low["devices"] == [], low
+    assert low["message"].startswith("preempted by high"), low
+    preempts = [e["outcome"] for e in rc.events("low") if e["action"] == "preempt"]
+    assert preempts == ["stopped; Pending until room returns"], preempts
+    finish(d)
+
+
+def test_a_promotion_renames_once_the_old_group_is_gone_and_holds_up_nothing(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    stubborn(rc, "web", strategy="RollingUpdate")
+    d = daemon()
+    old = d.wait(lambda: stubborn_pid(rc, "web"), "web Ready, SIGTERM ignored")
+    # A new spec: web@next beside the old, promoted once Ready. The old engine keeps its
+    # record's grace (LONG_GRACE); the new one's is short, for finish's `down`.
+    stubborn(rc, "web", grace=1, strategy="RollingUpdate", env={"CHANGED": "1"})
+    d.wait(lambda: terminating(rc, "web") == old, "the old web Terminating (promoted)")
+    new = ready_pid(rc, "web@next")
+    assert new is not None, rc.events("web")
+    rc.write("other", **sleeper())
+    d.wait(lambda: ready_pid(rc, "other"), "other Ready while the old web stops")
+    assert terminating(rc, "web") == old and ready_pid(rc, "web@next") == new, rc.events("web")
+    os.killpg(old, signal.SIGKILL)
+    d.wait(lambda: ready_pid(rc, "web") == new and rc.record("web@next") is None,
+           "web@next renamed web once the old group is gone")  # fmt: skip
+    assert not group(old)
+    assert rc.record("web")["stored_spec"]["env"] == {"CHANGED": "1"}
+    assert [e["action"] for e in rc.events("web")][-1] == "promote", rc.events("web")
+    finish(d)
+
+
+def test_a_daemon_killed_while_a_park_waits_leaves_the_next_to_park_it(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    stubborn(rc, "parked", replicas=1)
+    first = daemon()
+    old = first.wait(lambda: stubborn_pid(rc, "parked"), "parked Ready, SIGTERM ignored")
+    stubborn(rc, "parked", replicas=0)  # scaled to zero: Park
+    first.wait(lambda: terminating(rc, "parked") == old, "parked Terminating")
+    first.stop(signal.SIGKILL)
+    second = daemon()
+    second.wait_pass()  # its first pass found the teardown under way and went on
+    assert terminating(rc, "parked") == old, rc.events("parked")
+    os.killpg(old, signal.SIGKILL)  # the engine's exit: the next daemon finishes it
+    second.wait(lambda: phase(rc, "parked") == "Idle", "parked Idle (parked again)")
+    assert not group(old)
+    assert rc.record("parked")["devices"] == [], rc.record("parked")
+    finish(second)

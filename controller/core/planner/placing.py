@@ -58,6 +58,11 @@ def _place(
         return [start]  # a start that waits its turn on a device preempts nobody
     if want.room_only is not None:  # a swap or a preemption frees a node lacking its image
         return [_room_taken(start, want.room_only)]
+    # What this plan's teardowns free makes room (a Terminating record's finishing Stop
+    # among them: a Park or a Preempt the daemon began, which holds its devices until its
+    # group is gone): the start waits for them, parking and preempting nobody more.
+    if leaving and ledger.places_without(entry.deployment.spec, leaving):
+        return [start]
     # Idle OnDemand engines are parked for any start, as the README says (a new deployment,
     # a replica `replicas` or the autoscaler asks for, an OnDemand start): before a
     # preemption, which stops an engine at work.
