@@ -155,6 +155,14 @@ class Runtime:
                 return ContainerRef(runtime=self.name, id=cid, image=image, digest=digest)
         return None
 
+    def signal(self, name: str, sig: int) -> bool:
+        """Send ``sig`` to the container's main process (what its ``stop`` sends first,
+        without the wait); False when the runtime says it has no such container running."""
+        done = self.call("kill", "--signal", str(sig), name)
+        if done.returncode != 0 and not _not_running(done.stderr):
+            raise ContainerError(f"{self.name} kill {name}: {words(done.stderr)}")
+        return done.returncode == 0
+
     def remove(self, name: str, grace: float) -> None:
         """Stop with the grace period, then remove; a container already gone is fine."""
         seconds = str(max(0, round(grace)))
@@ -302,6 +310,13 @@ def gone(stderr: str) -> bool:
     low = stderr.lower()
     said = ("no such container", "no container with name or id", "already in progress")
     return any(s in low for s in said)
+
+
+def _not_running(stderr: str) -> bool:
+    """The runtime says the container is gone or no longer runs (podman: "can only kill
+    running containers", docker: "is not running")."""
+    low = stderr.lower()
+    return gone(stderr) or "is not running" in low or "only kill running" in low
 
 
 def words(stderr: str) -> str:

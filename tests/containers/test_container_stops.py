@@ -1,0 +1,67 @@
+"""A container engine's stop in the daemon, on real podman and docker: deferred as a
+process's (README "The daemon"), so a slow one holds up nothing else."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import TYPE_CHECKING, Any
+
+from containers.conftest import STANDIN, Engine, write
+
+from tests.daemon.conftest import Daemons
+
+if TYPE_CHECKING:
+    from conftest import Reconcile
+
+# The stand-in, deaf to SIGTERM (vLLM takes 10-30 s to act on it): only a SIGKILL ends it.
+STUBBORN = [*STANDIN[:3], STANDIN[3].replace('trap "exit 0" TERM', 'trap "" TERM')]
+LONG_GRACE = 300  # seconds: never over while the test waits (it ends the engine itself)
+RESTART_WAIT = 90.0  # seconds for a crashed engine's new container, on a loaded host
+
+
+def _ready(rc: Reconcile, name: str) -> dict[str, Any] | None:
+    record: dict[str, Any] | None = rc.record(name)
+    return record if record is not None and record["phase"] == "Ready" else None
+
+
+def _phase(rc: Reconcile, name: str) -> str | None:
+    record = rc.record(name)
+    return None if record is None else str(record["phase"])
+
+
+def test_a_containers_slow_stop_does_not_hold_up_a_crash_restart(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The daemon's pass waited out a container engine's whole grace period in the
+    runtime's `stop` (a process's stop is deferred): another engine's crash meanwhile was
+    not restarted, and `status` said it Ready. Now the runtime's kill sends the stop
+    signal, the record stays Terminating (holding what it holds), and the stop is finished
+    once the container's main process is gone."""
+    write(rc, engine, "stubborn", command=STUBBORN, stopGracePeriodSeconds=LONG_GRACE)
+    write(rc, engine, "steady")
+    daemons = Daemons(rc)
+    try:
+        d = daemons()
+        stubborn = d.wait(lambda: _ready(rc, "stubborn"), "stubborn Ready")
+        steady = d.wait(lambda: _ready(rc, "steady"), "steady Ready")
+        (rc.manifests / "stubborn.yaml").unlink()
+        d.wait(lambda: _phase(rc, "stubborn") == "Terminating", "stubborn Terminating")
+        os.kill(steady["ref"]["pid"], signal.SIGKILL)  # a crash while the stop's grace runs
+
+        def restarted() -> dict[str, Any] | None:
+            now = _ready(rc, "steady")
+            return now if now and now["container"]["id"] != steady["container"]["id"] else None
+
+        again = d.wait(restarted, "steady restarted", timeout=RESTART_WAIT)
+        # Restarted while the stop's grace ran: before, the pass waited it out first.
+        assert _phase(rc, "stubborn") == "Terminating", rc.events("stubborn")
+        stubborn_id = stubborn["container"]["id"]
+        assert engine.inspect(stubborn_id)["State"]["Running"], "TERM ended the stubborn one"
+        engine.cli("kill", stubborn_id)  # SIGKILL by hand: its group is gone, the stop ends
+        d.wait(lambda: rc.record("stubborn") is None, "stubborn's stop finished")
+        d.wait(lambda: engine.ours(rc.state) == [again["container"]["id"]], "its removal")
+        assert d.stop() == 0, d.tail()
+    finally:
+        daemons.kill_all()
+    rc.down()
