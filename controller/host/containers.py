@@ -36,6 +36,8 @@ POLL = 0.05
 # The processes that hold a container's published port on the host: podman's conmon
 # (rootful) and rootlessport (rootless), docker's userland proxy.
 PORT_PROXIES = {"conmon": "podman", "rootlessport": "podman", "docker-proxy": "docker"}
+# docker's log drivers that keep the output in files and take `--log-opt max-size`.
+SIZED_LOG_DRIVERS = frozenset({"json-file", "local"})
 PUBLISHER_TIMEOUT = 10.0  # seconds for `ps`: a hung runtime must not hold the pass
 # What the runtime says is not there is believed after LOOKS looks, LOOK_PAUSE s apart:
 # podman (4.3 here) answers "image not known" for an image it holds, and "no such
@@ -124,6 +126,15 @@ class Runtime:
         """Where the runtime keeps its images (podman's graph root, docker's root folder);
         "" when it cannot say."""
         fmt = "{{.Store.GraphRoot}}" if self.name == "podman" else "{{.DockerRootDir}}"
+        try:
+            done = self.call("info", "--format", fmt)
+        except ContainerError:
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    def log_driver(self) -> str:
+        """The log driver a container gets by default ("" when the runtime cannot say)."""
+        fmt = "{{.Host.LogDriver}}" if self.name == "podman" else "{{.LoggingDriver}}"
         try:
             done = self.call("info", "--format", fmt)
         except ContainerError:

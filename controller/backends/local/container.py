@@ -134,9 +134,11 @@ class Wrapper:
 
     def __init__(
         self, state_dir: str, node_runtime: str | None, *, static_devices: bool,
-        owner: str | None = None,
+        owner: str | None = None, log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES,
     ) -> None:  # fmt: skip
         self.state_dir = state_dir
+        self.log_max_bytes = log_max_bytes  # the cap of the runtime's own copy of the output
+        self.log_drivers: dict[str, str] = {}  # docker's default log driver, asked once
         self.owner = owner  # the manifest set whose engines these are (None: no set's)
         self.node_runtime = node_runtime
         # A static inventory (RECONCILE_DEVICES: tests, demos) names no real device.
@@ -458,6 +460,7 @@ class Wrapper:
         if self.owner is not None:
             argv += ["--label", f"{containers.OWNER_LABEL}={self.owner}"]
         argv += ["--env-file", str(env_file), "--stop-signal", str(launch.rendered.stop_signal)]
+        argv += self._log_cap(runtime)
         if spec.container.shm_size is not None:
             argv += ["--shm-size", str(spec.container.shm_size)]
         for volume in (*spec.container.volumes, *self._read_only_mounts(spec)):
@@ -466,6 +469,20 @@ class Wrapper:
             argv += device_flags(runtime, Passed.of(launch.record.devices))
         program, *args = launch.rendered.argv
         return [*argv, "--entrypoint", program, image, *args]
+
+    def _log_cap(self, runtime: str) -> list[str]:
+        """``--log-opt max-size``: the runtime keeps its own copy of the engine's output
+        for the container's life (read by `reconcile logs` only once the `run` is gone),
+        unbounded by default (podman's k8s-file, docker's json-file): a talkative engine
+        filled the disk through it while reconcile's log rotated. Capped at logMaxBytes,
+        as reconcile's is. podman takes the option with any driver (its conmon applies it
+        to a file); docker refuses it for one without files (journald, syslog...)."""
+        if runtime == "docker":
+            if runtime not in self.log_drivers:
+                self.log_drivers[runtime] = Runtime(runtime).log_driver()
+            if self.log_drivers[runtime] not in containers.SIZED_LOG_DRIVERS:
+                return []
+        return ["--log-opt", f"max-size={self.log_max_bytes}"]
 
     def _marks(self) -> dict[str, str]:
         """The marker's variables besides ``RECONCILE_INSTANCE``: whose engine it is."""

@@ -97,6 +97,7 @@ class LocalBackend:
         container_runtime: str | None = None,
         static_devices: bool = True,
         owner: str | None = None,
+        log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES,
     ) -> None:
         """``owner``: the manifest set whose engines this backend starts (their marker
         says so); None for a start on no set's behalf (a Ray actor's node)."""
@@ -111,6 +112,7 @@ class LocalBackend:
         self._environs = EnvironScan()  # remembers unmarked processes between scans
         self.notes = SpawnNotes(state_dir)
         self._wrapping = (container_runtime, static_devices)
+        self.log_max_bytes = log_max_bytes  # node.yaml's logMaxBytes: a container's own log too
         # `podman run`s we reap, by their engine's pid: a run's exit status is its
         # container's, so an engine that dies has its code (the newest ended kept).
         self._clients: dict[int, subprocess.Popen[bytes]] = {}
@@ -125,7 +127,10 @@ class LocalBackend:
         from controller.backends.local.container import Wrapper
 
         runtime, static_devices = self._wrapping
-        return Wrapper(self.state_dir, runtime, static_devices=static_devices, owner=self.owner)
+        return Wrapper(
+            self.state_dir, runtime, static_devices=static_devices, owner=self.owner,
+            log_max_bytes=self.log_max_bytes,
+        )  # fmt: skip
 
     # -- identity ------------------------------------------------------------
 
