@@ -58,6 +58,7 @@ from controller.store.models import modelcache
 from controller.store.statedir import StateDir
 
 OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the container
+NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"  # what NVIDIA's container hook passes in
 
 # What `podman run` and `docker run` exit with for their own failures (the runtime's
 # error, a command that cannot be invoked, one not found); any other code is the
@@ -674,10 +675,18 @@ def container_env(rendered: Mapping[str, str], passed: Passed | None) -> dict[st
     """The engine's environment inside: the rendered one only (never the host's PATH or
     HOME, which would break the image). ``passed``: the devices passed in (None: a static
     inventory passes none). The nvidia GPUs passed are numbered from 0 there; the amd
-    ones keep the host's numbers (every render node is passed, see ``device_flags``)."""
+    ones keep the host's numbers (every render node is passed, see ``device_flags``).
+
+    ``NVIDIA_VISIBLE_DEVICES`` names the leased GPUs (none: ``void``) unless spec.env
+    sets it: CUDA images set it to ``all``, and NVIDIA's OCI hook (a host where
+    nvidia-container-toolkit's hook runs for every container) passes every GPU it names,
+    beside the leased ones CDI passed; the engine's GPU "0" was then the host's first,
+    another deployment's (what Kubernetes' device plugin sets it to, for the same reason)."""
     env = dict(rendered)
     if passed is not None and passed.nvidia and env.get("CUDA_VISIBLE_DEVICES"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(passed.nvidia)))
+    if passed is not None:
+        env.setdefault(NVIDIA_VISIBLE, ",".join(passed.nvidia) or "void")
     return env
 
 
