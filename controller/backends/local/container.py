@@ -266,7 +266,8 @@ class Wrapper:
             said = f"{imagepulls.FAILED}{image}: {job.last_line()}; the running engine is kept"
             return _failed_pull(job, said)
         if spec.container.policy(image) == "Never":
-            return Held(f"{_never_here(runtime, image)}; the running engine is kept", failed=True)
+            said = self._never_here(runtime, spec.container, image)
+            return Held(f"{said}; the running engine is kept", failed=True)
         job.start()
         return Held(pulling)
 
@@ -282,8 +283,9 @@ class Wrapper:
         runtime, image = self.runtime_of(spec.container), container_image(spec)
         policy = spec.container.policy(image)
         if policy == "Never":  # never pulls: an ended pull was an earlier spec's, not its word
-            missing = not self._here(runtime, image)
-            return f"{_never_here(runtime, image)}, or set pullPolicy" if missing else None
+            if self._here(runtime, image):
+                return None
+            return f"{self._never_here(runtime, spec.container, image)}, or set pullPolicy"
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         if job.running():
             return f"pulling image {image} ({runtime.name}): {job.last_line()}"
@@ -412,7 +414,7 @@ class Wrapper:
             # Never pulls: that pull was an earlier spec's (pullPolicy edited since), and
             # its error is not this spec's word; Never's own is, below.
         if policy == "Never" and not present:
-            raise Unplaceable(f"{_never_here(runtime, image)}, or set pullPolicy")
+            raise Unplaceable(f"{self._never_here(runtime, container, image)}, or set pullPolicy")
         if facts is not None and policy != "Always":
             return Known(facts[1], pulled=False)
         job.start()
@@ -437,11 +439,43 @@ class Wrapper:
                 "; it is on this node, but pullPolicy defaults to Always for `:latest` "
                 "or no tag: set pullPolicy: IfNotPresent to run it, or tag it with a version"
             )
+        if other := self._other_has(runtime, container, image):
+            return f"{text}; {other}"
         # A name, tag or digest mistyped, or a registry down: the runtime's words say
         # which, and named no next move (`manifest unknown`, `connection refused`).
         return text + (
             f"; check spec.container.image (`{runtime.name} images` lists this node's) "
             "and that its registry answers: the pull is tried again"
+        )
+
+    def _never_here(self, runtime: Runtime, container: Container, image: str) -> str:
+        """An image ``pullPolicy: Never`` will not pull, missing: and what to do."""
+        if other := self._other_has(runtime, container, image):
+            return (
+                f"image {image} is not in {runtime.name}'s images and pullPolicy is Never: {other}"
+            )
+        return (
+            f"image {image} is not on this node and pullPolicy is Never: "
+            f"`{runtime.name} pull {image}` (or load it)"
+        )
+
+    def _other_has(self, runtime: Runtime, container: Container, image: str) -> str:
+        """Where no runtime was named (spec, node.yaml) and the default one (podman, when
+        on PATH) lacks the image: whether the other one holds it, and what to set then
+        (else ""). An image built or loaded with docker on a node that has both was said
+        "not on this node"."""
+        if container.runtime or self.node_runtime:
+            return ""
+        other = Runtime(next(name for name in containers.RUNTIMES if name != runtime.name))
+        try:  # one look (a hint, not a decision): asked again at the next pass
+            held = other.call("image", "inspect", "--format", "{{.Id}}", image).returncode == 0
+        except ContainerError:  # not installed, or no answer
+            return ""
+        if not held:
+            return ""
+        return (
+            f"{other.name} has it ({runtime.name} is the default where both are installed): "
+            f"set spec.container.runtime: {other.name} (or node.yaml containerRuntime)"
         )
 
     def run_argv(
@@ -561,14 +595,6 @@ class Known:
     digest: str
     pulled: bool  # a pull job of it ended just before
     remembered: bool = False  # from an earlier look of this process: to be checked again
-
-
-def _never_here(runtime: Runtime, image: str) -> str:
-    """An image ``pullPolicy: Never`` will not pull, missing: and what to do."""
-    return (
-        f"image {image} is not on this node and pullPolicy is Never: "
-        f"`{runtime.name} pull {image}` (or load it)"
-    )
 
 
 def _next_move(
