@@ -13,6 +13,7 @@ that started it): that is how a container is ours, and whose.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -176,7 +177,9 @@ class Runtime:
 
     def remove(self, name: str, grace: float) -> None:
         """Stop with the grace period, then remove; a container already gone is fine."""
-        seconds = str(max(0, round(grace)))
+        # Whole seconds (both CLIs' `-t`), rounded up: podman's `stop -t 0` sends SIGKILL
+        # alone, so a grace under 0.5 s rounded to 0 gave the engine no stop signal at all.
+        seconds = str(max(0, math.ceil(grace)))
         self.call("stop", "-t", seconds, name, timeout=CALL_TIMEOUT + grace)
         if self._rm(name):
             return

@@ -65,3 +65,27 @@ def test_a_containers_slow_stop_does_not_hold_up_a_crash_restart(
     finally:
         daemons.kill_all()
     rc.down()
+
+
+# The stand-in, saying so when it acts on its stop signal.
+SAYS_STOPPED = [
+    *STANDIN[:3],
+    STANDIN[3].replace('trap "exit 0" TERM', 'trap "echo stopped cleanly; exit 0" TERM'),
+]
+
+
+def test_a_grace_under_half_a_second_still_sends_the_stop_signal(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The runtimes' `stop -t` takes whole seconds: the grace was rounded, so 0.2 s was
+    `-t 0`, with which podman sends SIGKILL alone (docker SIGTERM, then SIGKILL at once):
+    the engine never acted on its stop signal. Rounded up now, as a process's grace is
+    never cut short."""
+    write(rc, engine, "brief", command=SAYS_STOPPED, stopGracePeriodSeconds=0.2)
+    rc.converge()
+    assert _phase(rc, "brief") == "Ready", rc.events("brief")
+    assert rc.down().code == 0
+    log = rc.state / "instances" / "logs" / "brief.log"
+    # A line of its own: the log's `start` line quotes the command, the trap's words too.
+    said = lambda: "stopped cleanly" in log.read_text().splitlines()  # noqa: E731
+    rc.wait_for(said, timeout=10, what="its TERM trap's words")
