@@ -139,7 +139,7 @@ class Wrapper:
     ) -> None:  # fmt: skip
         self.state_dir = state_dir
         self.log_max_bytes = log_max_bytes  # the cap of the runtime's own copy of the output
-        self.log_drivers: dict[str, str] = {}  # docker's default log driver, asked once
+        self.docker_log_driver = ""  # docker's default log driver, once it answered
         self.owner = owner  # the manifest set whose engines these are (None: no set's)
         self.node_runtime = node_runtime
         # A static inventory (RECONCILE_DEVICES: tests, demos) names no real device.
@@ -513,9 +513,9 @@ class Wrapper:
         as reconcile's is. podman takes the option with any driver (its conmon applies it
         to a file); docker refuses it for one without files (journald, syslog...)."""
         if runtime == "docker":
-            if runtime not in self.log_drivers:
-                self.log_drivers[runtime] = Runtime(runtime).log_driver()
-            if self.log_drivers[runtime] not in containers.SIZED_LOG_DRIVERS:
+            # Asked once it answers (a daemon down now says nothing: its `run` fails too).
+            self.docker_log_driver = self.docker_log_driver or Runtime(runtime).log_driver()
+            if self.docker_log_driver not in containers.SIZED_LOG_DRIVERS:
                 return []
         return ["--log-opt", f"max-size={self.log_max_bytes}"]
 
