@@ -177,10 +177,7 @@ class Runtime:
 
     def remove(self, name: str, grace: float) -> None:
         """Stop with the grace period, then remove; a container already gone is fine."""
-        # Whole seconds (both CLIs' `-t`), rounded up: podman's `stop -t 0` sends SIGKILL
-        # alone, so a grace under 0.5 s rounded to 0 gave the engine no stop signal at all.
-        seconds = str(max(0, math.ceil(grace)))
-        self.call("stop", "-t", seconds, name, timeout=CALL_TIMEOUT + grace)
+        self.call("stop", "-t", stop_seconds(grace), name, timeout=CALL_TIMEOUT + grace)
         if self._rm(name):
             return
         # The runtime said it had no such container, or was removing it already (docker,
@@ -208,6 +205,13 @@ class Runtime:
         if done.returncode != 0 and not gone(done.stderr):
             raise ContainerError(f"{self.name} rm {name}: {words(done.stderr)}")
         return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def stop_seconds(grace: float) -> str:
+    """A grace period as both CLIs take it (`stop -t`, `run --stop-timeout`): whole
+    seconds, rounded up: podman's `stop -t 0` sends SIGKILL alone, so a grace under 0.5 s
+    rounded to 0 gave the engine no stop signal at all."""
+    return str(max(0, math.ceil(grace)))
 
 
 def _pulled_by(image: str, repo_digests: str, made_with: str) -> str | None:

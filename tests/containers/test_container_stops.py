@@ -89,3 +89,15 @@ def test_a_grace_under_half_a_second_still_sends_the_stop_signal(
     # A line of its own: the log's `start` line quotes the command, the trap's words too.
     said = lambda: "stopped cleanly" in log.read_text().splitlines()  # noqa: E731
     rc.wait_for(said, timeout=10, what="its TERM trap's words")
+
+
+def test_the_runtimes_own_stop_gives_the_specs_grace(rc: Reconcile, engine: Engine) -> None:
+    """`docker stop` by hand, or the docker daemon's shutdown, stops a container with its
+    own stop timeout: the runtime's default 10 s, not the spec's grace (vLLM's 30 s
+    SIGKILLed at 10). The container carries the spec's grace, rounded up, as its own."""
+    write(rc, engine, "graceful", stopGracePeriodSeconds=42.5)
+    rc.converge()
+    record = rc.record("graceful")
+    assert record is not None and record["phase"] == "Ready", rc.events("graceful")
+    assert engine.inspect(record["container"]["id"])["Config"]["StopTimeout"] == 43
+    rc.down()

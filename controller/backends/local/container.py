@@ -495,6 +495,9 @@ class Wrapper:
         if self.owner is not None:
             argv += ["--label", f"{containers.OWNER_LABEL}={self.owner}"]
         argv += ["--env-file", str(env_file), "--stop-signal", str(launch.rendered.stop_signal)]
+        # The runtime's own stops (`docker stop` by hand, its daemon's shutdown) give the
+        # spec's grace too, not their default 10 s (vLLM takes 10-30 s to stop).
+        argv += ["--stop-timeout", containers.stop_seconds(launch.rendered.grace_seconds)]
         argv += self._log_cap(runtime)
         if spec.container.shm_size is not None:
             argv += ["--shm-size", str(spec.container.shm_size)]
