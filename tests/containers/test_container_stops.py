@@ -101,3 +101,32 @@ def test_the_runtimes_own_stop_gives_the_specs_grace(rc: Reconcile, engine: Engi
     assert record is not None and record["phase"] == "Ready", rc.events("graceful")
     assert engine.inspect(record["container"]["id"])["Config"]["StopTimeout"] == 43
     rc.down()
+
+
+def test_a_terminating_containers_gpu_goes_to_no_one_until_it_is_gone(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The deferred stop keeps the record's GPU while the container runs on (deaf to
+    SIGTERM): a deployment that needs it waits Pending, naming the holder, and starts
+    once the container is gone. Never two engines on one GPU."""
+    rc.devices = "nvidia:0"
+    write(rc, engine, "old", command=STUBBORN, stopGracePeriodSeconds=LONG_GRACE,
+          devices={"count": 1})  # fmt: skip
+    daemons = Daemons(rc)
+    try:
+        d = daemons("--allow-empty")  # its one manifest goes: prune it
+        old = d.wait(lambda: _ready(rc, "old"), "old Ready")
+        (rc.manifests / "old.yaml").unlink()
+        d.wait(lambda: _phase(rc, "old") == "Terminating", "old Terminating")
+        write(rc, engine, "new", devices={"count": 1})
+        d.wait(lambda: _phase(rc, "new") == "Pending", "new waits for the GPU")
+        assert rc.status("old")["old"]["devices"] == ["nvidia:0"]
+        assert "held by old" in rc.status("new")["new"]["message"], rc.status("new")
+        engine.cli("kill", old["container"]["id"])  # SIGKILL by hand: the stop ends
+        new = d.wait(lambda: _ready(rc, "new"), "new Ready once old is gone", RESTART_WAIT)
+        assert rc.record("old") is None and new["devices"] == ["nvidia:0"]
+        assert engine.ours(rc.state) == [new["container"]["id"]]
+        assert d.stop() == 0, d.tail()
+    finally:
+        daemons.kill_all()
+    rc.down()
