@@ -46,6 +46,7 @@ def open_backend(config: Config, store: RecordStore | None = None) -> Backend:
         container_runtime=config.container_runtime,
         static_devices=config.devices is not None,
         owner=config.owner,
+        log_max_bytes=config.log_max_bytes,
     )
 
 

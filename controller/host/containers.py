@@ -13,6 +13,7 @@ that started it): that is how a container is ours, and whose.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -36,6 +37,8 @@ POLL = 0.05
 # The processes that hold a container's published port on the host: podman's conmon
 # (rootful) and rootlessport (rootless), docker's userland proxy.
 PORT_PROXIES = {"conmon": "podman", "rootlessport": "podman", "docker-proxy": "docker"}
+# docker's log drivers that keep the output in files and take `--log-opt max-size`.
+SIZED_LOG_DRIVERS = frozenset({"json-file", "local"})
 PUBLISHER_TIMEOUT = 10.0  # seconds for `ps`: a hung runtime must not hold the pass
 # What the runtime says is not there is believed after LOOKS looks, LOOK_PAUSE s apart:
 # podman (4.3 here) answers "image not known" for an image it holds, and "no such
@@ -130,6 +133,15 @@ class Runtime:
             return ""
         return done.stdout.strip() if done.returncode == 0 else ""
 
+    def log_driver(self) -> str:
+        """The log driver a container gets by default ("" when the runtime cannot say)."""
+        fmt = "{{.Host.LogDriver}}" if self.name == "podman" else "{{.LoggingDriver}}"
+        try:
+            done = self.call("info", "--format", fmt)
+        except ContainerError:
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
     # -- containers --------------------------------------------------------------------
 
     def inspect(self, name: str) -> Running | None:
@@ -155,10 +167,17 @@ class Runtime:
                 return ContainerRef(runtime=self.name, id=cid, image=image, digest=digest)
         return None
 
+    def signal(self, name: str, sig: int) -> bool:
+        """Send ``sig`` to the container's main process (what its ``stop`` sends first,
+        without the wait); False when the runtime says it has no such container running."""
+        done = self.call("kill", "--signal", str(sig), name)
+        if done.returncode != 0 and not _not_running(done.stderr):
+            raise ContainerError(f"{self.name} kill {name}: {words(done.stderr)}")
+        return done.returncode == 0
+
     def remove(self, name: str, grace: float) -> None:
         """Stop with the grace period, then remove; a container already gone is fine."""
-        seconds = str(max(0, round(grace)))
-        self.call("stop", "-t", seconds, name, timeout=CALL_TIMEOUT + grace)
+        self.call("stop", "-t", stop_seconds(grace), name, timeout=CALL_TIMEOUT + grace)
         if self._rm(name):
             return
         # The runtime said it had no such container, or was removing it already (docker,
@@ -186,6 +205,13 @@ class Runtime:
         if done.returncode != 0 and not gone(done.stderr):
             raise ContainerError(f"{self.name} rm {name}: {words(done.stderr)}")
         return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def stop_seconds(grace: float) -> str:
+    """A grace period as both CLIs take it (`stop -t`, `run --stop-timeout`): whole
+    seconds, rounded up: podman's `stop -t 0` sends SIGKILL alone, so a grace under 0.5 s
+    rounded to 0 gave the engine no stop signal at all."""
+    return str(max(0, math.ceil(grace)))
 
 
 def _pulled_by(image: str, repo_digests: str, made_with: str) -> str | None:
@@ -302,6 +328,13 @@ def gone(stderr: str) -> bool:
     low = stderr.lower()
     said = ("no such container", "no container with name or id", "already in progress")
     return any(s in low for s in said)
+
+
+def _not_running(stderr: str) -> bool:
+    """The runtime says the container is gone or no longer runs (podman: "can only kill
+    running containers", docker: "is not running")."""
+    low = stderr.lower()
+    return gone(stderr) or "is not running" in low or "only kill running" in low
 
 
 def words(stderr: str) -> str:

@@ -89,10 +89,12 @@ class Engine:
         data: list[dict[str, Any]] = json.loads(self.cli("container", "inspect", cid))
         return data[0]
 
-    def build(self, tag: str, *, extra: bytes = b"") -> str:
+    def build(self, tag: str, *, extra: bytes = b"", env: str = "") -> str:
         """``import`` the stand-in's root filesystem as ``tag``; removed at session end.
-        ``extra``: a file /extra, so the image is another one (its own id and digest)."""
-        self.cli("import", "-", tag, input=_rootfs(extra))
+        ``extra``: a file /extra, so the image is another one (its own id and digest);
+        ``env``: ``KEY=VALUE``, an ENV of the image's (as a Dockerfile's)."""
+        change = ("--change", f"ENV {env}") if env else ()
+        self.cli("import", *change, "-", tag, input=_rootfs(extra))
         self.images.append(tag)
         return tag
 

@@ -62,11 +62,35 @@ def cdi_gpus() -> Iterator[None]:
 def test_podman_gets_the_leased_gpus_by_cdi_and_the_engine_numbers_them_from_zero(
     podman: Engine, cdi_gpus: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    env = _leased_1_and_3(podman, podman.image, tmp_path, monkeypatch)
+    given = sorted(k for k in env if k.startswith("PASSED_GPU_"))
+    assert given == ["PASSED_GPU_1", "PASSED_GPU_3"]  # those two, no other
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # inside, the container's own two
+
+
+def test_an_images_nvidia_visible_devices_all_is_replaced_by_the_leased_gpus(
+    podman: Engine, cdi_gpus: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CUDA images set NVIDIA_VISIBLE_DEVICES=all, and NVIDIA's OCI hook (run for every
+    container where nvidia-container-toolkit installed it) passes every GPU it names:
+    the engine got all of them beside the two CDI passed, its GPU "0" the host's first,
+    another deployment's. It names the leased ones now, as Kubernetes' plugin does."""
+    tag = f"localhost/reconcile-test/cuda-like:{uuid.uuid4().hex[:10]}"
+    image = podman.build(tag, env="NVIDIA_VISIBLE_DEVICES=all")
+    env = _leased_1_and_3(podman, image, tmp_path, monkeypatch)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "1,3", env
+
+
+def _leased_1_and_3(
+    podman: Engine, image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """The environment an engine in ``image`` that leased GPUs 1 and 3 sees, launched as
+    the local backend launches it with a real (not static) inventory; torn down after."""
     for key, value in podman.env.items():
         monkeypatch.setenv(key, value)
     state = tmp_path / "state"
     backend = LocalBackend(state, "gpu-node", container_runtime="podman", static_devices=False)
-    spec = {"container": {"image": podman.image}, "devices": {"count": 2}}
+    spec = {"container": {"image": image}, "devices": {"count": 2}}
     deployment = entry("g", engine="command", command=SAYS_ENV, **spec)
     devices = (Device(kind="nvidia", id="1"), Device(kind="nvidia", id="3"))
     port = free_ports(1)
@@ -82,14 +106,12 @@ def test_podman_gets_the_leased_gpus_by_cdi_and_the_engine_numbers_them_from_zer
         said = lambda: log.read_text() if log.exists() else ""  # noqa: E731
         wait_for(lambda: "PASSED_GPU_" in said(), timeout=60, what="the engine's environment")
         env = dict(line.split("=", 1) for line in said().splitlines() if "=" in line)
-        given = sorted(k for k in env if k.startswith("PASSED_GPU_"))
-        assert given == ["PASSED_GPU_1", "PASSED_GPU_3"]  # those two, no other
-        assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # inside, the container's own two
     finally:  # the daemon's stop: the runtime's stop and rm, then the process's
         backend.teardown(
             dataclasses.replace(record, ref=instance.ref, container=instance.container)
         )
     wait_for(lambda: not podman.ours(state), timeout=20, what="the container removed")
+    return env
 
 
 def test_the_runtimes_flags_name_each_gpu_by_its_index() -> None:

@@ -58,6 +58,7 @@ from controller.store.models import modelcache
 from controller.store.statedir import StateDir
 
 OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the container
+NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"  # what NVIDIA's container hook passes in
 
 # What `podman run` and `docker run` exit with for their own failures (the runtime's
 # error, a command that cannot be invoked, one not found); any other code is the
@@ -134,9 +135,11 @@ class Wrapper:
 
     def __init__(
         self, state_dir: str, node_runtime: str | None, *, static_devices: bool,
-        owner: str | None = None,
+        owner: str | None = None, log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES,
     ) -> None:  # fmt: skip
         self.state_dir = state_dir
+        self.log_max_bytes = log_max_bytes  # the cap of the runtime's own copy of the output
+        self.docker_log_driver = ""  # docker's default log driver, once it answered
         self.owner = owner  # the manifest set whose engines these are (None: no set's)
         self.node_runtime = node_runtime
         # A static inventory (RECONCILE_DEVICES: tests, demos) names no real device.
@@ -263,7 +266,8 @@ class Wrapper:
             said = f"{imagepulls.FAILED}{image}: {job.last_line()}; the running engine is kept"
             return _failed_pull(job, said)
         if spec.container.policy(image) == "Never":
-            return Held(f"{_never_here(runtime, image)}; the running engine is kept", failed=True)
+            said = self._never_here(runtime, spec.container, image)
+            return Held(f"{said}; the running engine is kept", failed=True)
         job.start()
         return Held(pulling)
 
@@ -279,8 +283,9 @@ class Wrapper:
         runtime, image = self.runtime_of(spec.container), container_image(spec)
         policy = spec.container.policy(image)
         if policy == "Never":  # never pulls: an ended pull was an earlier spec's, not its word
-            missing = not self._here(runtime, image)
-            return f"{_never_here(runtime, image)}, or set pullPolicy" if missing else None
+            if self._here(runtime, image):
+                return None
+            return f"{self._never_here(runtime, spec.container, image)}, or set pullPolicy"
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         if job.running():
             return f"pulling image {image} ({runtime.name}): {job.last_line()}"
@@ -409,7 +414,7 @@ class Wrapper:
             # Never pulls: that pull was an earlier spec's (pullPolicy edited since), and
             # its error is not this spec's word; Never's own is, below.
         if policy == "Never" and not present:
-            raise Unplaceable(f"{_never_here(runtime, image)}, or set pullPolicy")
+            raise Unplaceable(f"{self._never_here(runtime, container, image)}, or set pullPolicy")
         if facts is not None and policy != "Always":
             return Known(facts[1], pulled=False)
         job.start()
@@ -434,11 +439,43 @@ class Wrapper:
                 "; it is on this node, but pullPolicy defaults to Always for `:latest` "
                 "or no tag: set pullPolicy: IfNotPresent to run it, or tag it with a version"
             )
+        if other := self._other_has(runtime, container, image):
+            return f"{text}; {other}"
         # A name, tag or digest mistyped, or a registry down: the runtime's words say
         # which, and named no next move (`manifest unknown`, `connection refused`).
         return text + (
             f"; check spec.container.image (`{runtime.name} images` lists this node's) "
             "and that its registry answers: the pull is tried again"
+        )
+
+    def _never_here(self, runtime: Runtime, container: Container, image: str) -> str:
+        """An image ``pullPolicy: Never`` will not pull, missing: and what to do."""
+        if other := self._other_has(runtime, container, image):
+            return (
+                f"image {image} is not in {runtime.name}'s images and pullPolicy is Never: {other}"
+            )
+        return (
+            f"image {image} is not on this node and pullPolicy is Never: "
+            f"`{runtime.name} pull {image}` (or load it)"
+        )
+
+    def _other_has(self, runtime: Runtime, container: Container, image: str) -> str:
+        """Where no runtime was named (spec, node.yaml) and the default one (podman, when
+        on PATH) lacks the image: whether the other one holds it, and what to set then
+        (else ""). An image built or loaded with docker on a node that has both was said
+        "not on this node"."""
+        if container.runtime or self.node_runtime:
+            return ""
+        other = Runtime(next(name for name in containers.RUNTIMES if name != runtime.name))
+        try:  # one look (a hint, not a decision): asked again at the next pass
+            held = other.call("image", "inspect", "--format", "{{.Id}}", image).returncode == 0
+        except ContainerError:  # not installed, or no answer
+            return ""
+        if not held:
+            return ""
+        return (
+            f"{other.name} has it ({runtime.name} is the default where both are installed): "
+            f"set spec.container.runtime: {other.name} (or node.yaml containerRuntime)"
         )
 
     def run_argv(
@@ -458,6 +495,10 @@ class Wrapper:
         if self.owner is not None:
             argv += ["--label", f"{containers.OWNER_LABEL}={self.owner}"]
         argv += ["--env-file", str(env_file), "--stop-signal", str(launch.rendered.stop_signal)]
+        # The runtime's own stops (`docker stop` by hand, its daemon's shutdown) give the
+        # spec's grace too, not their default 10 s (vLLM takes 10-30 s to stop).
+        argv += ["--stop-timeout", containers.stop_seconds(launch.rendered.grace_seconds)]
+        argv += self._log_cap(runtime)
         if spec.container.shm_size is not None:
             argv += ["--shm-size", str(spec.container.shm_size)]
         for volume in (*spec.container.volumes, *self._read_only_mounts(spec)):
@@ -466,6 +507,20 @@ class Wrapper:
             argv += device_flags(runtime, Passed.of(launch.record.devices))
         program, *args = launch.rendered.argv
         return [*argv, "--entrypoint", program, image, *args]
+
+    def _log_cap(self, runtime: str) -> list[str]:
+        """``--log-opt max-size``: the runtime keeps its own copy of the engine's output
+        for the container's life (read by `reconcile logs` only once the `run` is gone),
+        unbounded by default (podman's k8s-file, docker's json-file): a talkative engine
+        filled the disk through it while reconcile's log rotated. Capped at logMaxBytes,
+        as reconcile's is. podman takes the option with any driver (its conmon applies it
+        to a file); docker refuses it for one without files (journald, syslog...)."""
+        if runtime == "docker":
+            # Asked once it answers (a daemon down now says nothing: its `run` fails too).
+            self.docker_log_driver = self.docker_log_driver or Runtime(runtime).log_driver()
+            if self.docker_log_driver not in containers.SIZED_LOG_DRIVERS:
+                return []
+        return ["--log-opt", f"max-size={self.log_max_bytes}"]
 
     def _marks(self) -> dict[str, str]:
         """The marker's variables besides ``RECONCILE_INSTANCE``: whose engine it is."""
@@ -543,14 +598,6 @@ class Known:
     digest: str
     pulled: bool  # a pull job of it ended just before
     remembered: bool = False  # from an earlier look of this process: to be checked again
-
-
-def _never_here(runtime: Runtime, image: str) -> str:
-    """An image ``pullPolicy: Never`` will not pull, missing: and what to do."""
-    return (
-        f"image {image} is not on this node and pullPolicy is Never: "
-        f"`{runtime.name} pull {image}` (or load it)"
-    )
 
 
 def _next_move(
@@ -657,10 +704,18 @@ def container_env(rendered: Mapping[str, str], passed: Passed | None) -> dict[st
     """The engine's environment inside: the rendered one only (never the host's PATH or
     HOME, which would break the image). ``passed``: the devices passed in (None: a static
     inventory passes none). The nvidia GPUs passed are numbered from 0 there; the amd
-    ones keep the host's numbers (every render node is passed, see ``device_flags``)."""
+    ones keep the host's numbers (every render node is passed, see ``device_flags``).
+
+    ``NVIDIA_VISIBLE_DEVICES`` names the leased GPUs (none: ``void``) unless spec.env
+    sets it: CUDA images set it to ``all``, and NVIDIA's OCI hook (a host where
+    nvidia-container-toolkit's hook runs for every container) passes every GPU it names,
+    beside the leased ones CDI passed; the engine's GPU "0" was then the host's first,
+    another deployment's (what Kubernetes' device plugin sets it to, for the same reason)."""
     env = dict(rendered)
     if passed is not None and passed.nvidia and env.get("CUDA_VISIBLE_DEVICES"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(passed.nvidia)))
+    if passed is not None:
+        env.setdefault(NVIDIA_VISIBLE, ",".join(passed.nvidia) or "void")
     return env
 
 

@@ -97,6 +97,7 @@ class LocalBackend:
         container_runtime: str | None = None,
         static_devices: bool = True,
         owner: str | None = None,
+        log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES,
     ) -> None:
         """``owner``: the manifest set whose engines this backend starts (their marker
         says so); None for a start on no set's behalf (a Ray actor's node)."""
@@ -111,6 +112,7 @@ class LocalBackend:
         self._environs = EnvironScan()  # remembers unmarked processes between scans
         self.notes = SpawnNotes(state_dir)
         self._wrapping = (container_runtime, static_devices)
+        self.log_max_bytes = log_max_bytes  # node.yaml's logMaxBytes: a container's own log too
         # `podman run`s we reap, by their engine's pid: a run's exit status is its
         # container's, so an engine that dies has its code (the newest ended kept).
         self._clients: dict[int, subprocess.Popen[bytes]] = {}
@@ -125,7 +127,10 @@ class LocalBackend:
         from controller.backends.local.container import Wrapper
 
         runtime, static_devices = self._wrapping
-        return Wrapper(self.state_dir, runtime, static_devices=static_devices, owner=self.owner)
+        return Wrapper(
+            self.state_dir, runtime, static_devices=static_devices, owner=self.owner,
+            log_max_bytes=self.log_max_bytes,
+        )  # fmt: skip
 
     # -- identity ------------------------------------------------------------
 
@@ -393,14 +398,31 @@ class LocalBackend:
     def signal_stop(self, rec: Record) -> bool:
         """``stop``'s signals without its wait: the daemon's passes go on through the grace
         period, and a later one finishes the teardown (``teardown``). A container stops by
-        its runtime's stop alone; an engine already gone, by ``teardown``'s sweep at once
-        (what is left of its group gets no grace: ``stop``)."""
-        if rec.container is not None or not self.alive(rec.ref):
+        the runtime's kill with the stop signal (its `stop` without the wait); an engine
+        already gone, by ``teardown``'s sweep at once (what is left of its group gets no
+        grace: ``stop``)."""
+        if not self.alive(rec.ref):
             return False
         assert rec.ref is not None  # alive
+        if rec.container is not None:
+            return self._signal_container(rec.container, rec.stop_signal)
         self._signal_group(rec.ref, rec.stop_signal, nonce=rec.nonce)
         self._signal_group(rec.ref, signal.SIGCONT, nonce=rec.nonce)  # as ``stop`` does
         return True
+
+    def _signal_container(self, container: ContainerRef, sig: int) -> bool:
+        """A container engine's stop signal, sent by its runtime (the container's PID 1
+        is in a namespace of its own: the runtime knows it). False, nothing sent: it no
+        longer runs, or the runtime does not answer; ``teardown`` then stops it as
+        before, saying why it cannot."""
+        from controller.host.containers import Runtime
+
+        try:
+            return Runtime(container.runtime).signal(container.id, sig)
+        except ContainerError as exc:
+            log.warning("container stop signal not sent", container=container.id[:12],
+                        reason=str(exc))  # fmt: skip
+            return False
 
     def stopped(self, rec: Record) -> bool:
         return rec.ref is None or not self._instance_alive(rec.ref, rec.nonce)
