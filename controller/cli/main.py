@@ -244,7 +244,13 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
     return p
 
 
-def build_parser() -> Parser:
+def build_parser(argv: Sequence[str] | None = None) -> Parser:
+    """The command line's parser. ``argv``: the call's words, of which only the verbs
+    named are built whole; another verb is its name and help (what the usage and a
+    mistyped verb show), never parsed with (a verb parses only what follows its name).
+    Its shared flags were ~5 ms of each call's CPU, most of a ``status``. None (and the
+    completion script, made from the whole parser): every verb whole."""
+    named = None if argv is None or "completion" in argv else frozenset(argv)
     parser = Parser(
         prog="reconcile",
         parents=[_common(False)],
@@ -257,7 +263,7 @@ def build_parser() -> Parser:
     parser.set_defaults(selector=[])  # every verb's namespace has it: `-l` or not
     # `[VERB]`: with none, reconcile runs the control loop (the usage said VERB was required)
     sub = parser.add_subparsers(dest="verb", metavar="[VERB]", parser_class=Parser)
-    verb = _verb_maker(sub, _common(True))
+    verb = _verb_maker(sub, _common(True), named)
     _view_verbs(verb)
     _node_verbs(verb)
     _set_verbs(verb)
@@ -273,8 +279,11 @@ def _allow_empty(p: Parser, help_text: str) -> None:
     p.add_argument("--allow-empty", action="store_true", default=argparse.SUPPRESS, help=help_text)
 
 
-def _verb_maker(sub: Any, common: Parser) -> VerbMaker:
+def _verb_maker(sub: Any, common: Parser, named: frozenset[str] | None) -> VerbMaker:
     def verb(name: str, help_text: str, parents: list[Parser] | None = None) -> Parser:
+        if named is not None and name not in named:  # not called (build_parser)
+            unbuilt: Parser = sub.add_parser(name, help=help_text, add_help=False)
+            return unbuilt
         p: Parser = sub.add_parser(
             name,
             parents=[common] if parents is None else parents,
@@ -680,8 +689,9 @@ _GIT_ONLY = (
 def main(argv: Sequence[str] | None = None) -> int:
     plain = sys.stdout
     sys.stdout, sys.stderr = outlive_reader(sys.stdout), outlive_reader(sys.stderr)
-    parser = build_parser()
-    parser.given = signed_values(sys.argv[1:] if argv is None else argv)
+    given = signed_values(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(given)
+    parser.given = given
     args, extras = parser.parse_known_args(parser.given)
     if extras:  # argparse's own check, with the flag a slip was meant as
         from controller.cli.mistyped import unrecognized

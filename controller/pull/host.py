@@ -31,8 +31,11 @@ class HostPuller:
     scan: EnvironScan = field(default_factory=EnvironScan, compare=False, repr=False)
 
     def observe(self) -> dict[str, PullView]:
+        found = modelcache.entries(self.cache)
+        if not found:  # a pull makes its entry before it starts: none runs, no /proc scan
+            return {}  # (a pass's scan read every process's environment: ~4 ms of a --once)
         running = frozenset(launch.running(self.cache, self.scan))
-        return modelcache.look_all(self.cache, running)
+        return {e.key: modelcache.look(e, e.key in running) for e in found}
 
     def settle(self) -> None:
         """Nothing to keep: the pull processes write their own results here."""

@@ -7,18 +7,27 @@ metrics exports none and is served as before."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import sys
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from procs import free_ports
 from structlog.testing import capture_logs
 
 from controller.core.state import Phase, Record
-from controller.gateway.accounting.enginemetrics import EngineLoad, EngineMetricsReader, parse
+from controller.gateway.accounting.enginemetrics import (
+    EngineLoad,
+    EngineMetricsReader,
+    Fetch,
+    parse,
+)
+from controller.gateway.http.upstream import Upstream, get_text
+from controller.gateway.surface import enginesock
 from controller.store.config import accesstoken
 
 VLLM = """\
@@ -149,6 +158,18 @@ async def _serve_metrics(
     return runner, port
 
 
+@contextlib.asynccontextmanager
+async def _fetch() -> AsyncIterator[Fetch]:
+    """The reader's way to an engine's page, as the gateway gives it (surface/routes.py)."""
+    client = Upstream(
+        limit=8, connect_timeout=enginesock.CONNECT_TIMEOUT, socket_factory=enginesock.engine_socket
+    )
+    try:
+        yield functools.partial(get_text, client)
+    finally:
+        await client.close()
+
+
 def test_each_engines_queue_as_read_reaches_prefix_routing() -> None:
     """The reader hands every engine's queue, as read, to the routing table
     (``Table.engine_queued``), which learns how many requests it runs at once; an
@@ -166,9 +187,9 @@ def test_each_engines_queue_as_read_reaches_prefix_routing() -> None:
         ]
         seen: list[tuple[str, float]] = []
         try:
-            async with aiohttp.ClientSession() as session:
+            async with _fetch() as fetch:
                 reader = EngineMetricsReader(
-                    session, lambda: records, {}, queued=lambda n, w: seen.append((n, w))
+                    fetch, lambda: records, {}, queued=lambda n, w: seen.append((n, w))
                 )
                 await reader.once()
         finally:
@@ -197,8 +218,8 @@ def test_an_engine_whose_metrics_failed_once_is_read_again() -> None:
         loads: dict[tuple[str, str], EngineLoad] = {}
         readings = []
         try:
-            async with aiohttp.ClientSession() as session:
-                reader = EngineMetricsReader(session, lambda: records, loads)
+            async with _fetch() as fetch:
+                reader = EngineMetricsReader(fetch, lambda: records, loads)
                 for _ in range(2):
                     await reader.once()
                     readings.append(loads.get(("eng", "eng"), EngineLoad(None, None)))
@@ -227,8 +248,8 @@ def test_an_engine_whose_metrics_need_its_key_is_said_once() -> None:
         ]
         try:
             with capture_logs() as logs:
-                async with aiohttp.ClientSession() as session:
-                    reader = EngineMetricsReader(session, lambda: records, {})
+                async with _fetch() as fetch:
+                    reader = EngineMetricsReader(fetch, lambda: records, {})
                     for _ in range(3):
                         await reader.once()
         finally:
@@ -242,3 +263,45 @@ def test_an_engine_whose_metrics_need_its_key_is_said_once() -> None:
     # The gateway's keys are the daemon's --api-keys (DESIGN.md): it named a node.yaml
     # setting, gateway.apiKeys, that node.yaml refuses as unknown.
     assert "--api-keys FILE" in said[0]["next"] and "node.yaml" not in said[0]["next"], said
+
+
+# An engine whose /metrics is prometheus_client's own server (its make_wsgi_app and
+# make_asgi_app, which Python engines mount, do the same): the page gzipped for a client
+# that says it accepts gzip, any path answered (so /health is its readiness).
+PROMETHEUS_ENGINE = """
+import sys, threading
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+r = CollectorRegistry()
+Gauge("vllm:num_requests_waiting", "waiting", ["model_name"], registry=r).labels("m").set(3)
+Gauge("vllm:kv_cache_usage_perc", "kv", ["model_name"], registry=r).labels("m").set(0.5)
+start_http_server(int(sys.argv[1]), addr="127.0.0.1", registry=r)
+threading.Event().wait()
+"""
+
+
+def test_an_engine_whose_metrics_page_is_gzipped_when_asked_is_read(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The gateway read the engines' /metrics with aiohttp's client, which asks for gzip,
+    told not to decompress: such an engine's page came compressed, failed as text at
+    every read, and its queue and cache reached neither the metrics, the autoscaler nor
+    routing (asked again every 5 s, forever). The page is asked for as it is."""
+    reconcile.write("eng", command=[sys.executable, "-c", PROMETHEUS_ENGINE, "{port}"])
+    port = reconcile.port + 14
+    g = gateway("--metrics-port", str(port))
+    ready = g.wait_phase("eng", "Ready")
+    asked = urllib.request.Request(
+        f"http://127.0.0.1:{ready['port']}/metrics", headers={"Accept-Encoding": "gzip"}
+    )
+    with urllib.request.urlopen(asked, timeout=10) as page:
+        assert page.headers["Content-Encoding"] == "gzip"  # the premise: gzipped when asked
+    waiting = 'reconcile_engine_requests_waiting{deployment="eng",instance="eng"}'
+    kv = 'reconcile_engine_kv_cache_usage_ratio{deployment="eng",instance="eng"}'
+    reconcile.wait_for(
+        lambda: (
+            metrics(reconcile, port).get(waiting) == 3 and metrics(reconcile, port).get(kv) == 0.5
+        ),
+        timeout=40,
+        what="the engine's figures in the gateway's metrics",
+    )
+    g.finish()

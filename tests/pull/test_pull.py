@@ -199,6 +199,38 @@ def test_a_puller_kept_between_passes_finds_a_pull_started_after_its_first_look(
         assert found() is None
 
 
+class _Counted(EnvironScan):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self, needle: bytes) -> Iterator[tuple[int, bytes]]:
+        self.calls += 1
+        return super().__call__(needle)
+
+
+def test_a_cache_nothing_was_pulled_into_is_looked_at_without_a_process_scan(
+    tmp_path: Path, pulls: Path
+) -> None:
+    """Every pass scanned /proc for pull processes (every process's environment read,
+    ~4 ms of a `--once` on a busy box), on nodes that never pulled a model too. A pull
+    makes its cache entry before it starts: with none, none runs, and nothing is read."""
+    scan = _Counted()
+    puller = HostPuller(pulls, tmp_path, 60.0, scan)
+    assert puller.observe() == {} and scan.calls == 0
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"))
+        pid = launch.spawn(job)
+        try:
+            key = entry_of(job).key
+            assert wait_for(lambda: puller.observe()[key].running, what="the pull seen")
+            assert scan.calls >= 1  # an entry: its pull looked for
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            wait_gone(pid)
+            server.release()
+
+
 def test_a_pull_just_spawned_is_running_to_the_next_look_so_no_second_one_starts(
     tmp_path: Path, pulls: Path
 ) -> None:

@@ -9,21 +9,24 @@ runs that no note names (a note is how a pass that may not read a non-dumpable e
 environment finds it, ``store/instances/spawnnotes.py``). Writing the note in the child
 itself would be a preexec_fn, unsafe in the threaded daemon. The gate's own environment
 carries no marker, so no scan takes a waiting gate for an engine. It costs each spawn
-one interpreter start (~20 ms).
+one interpreter start: with nothing imported but ``os`` and ``sys`` (json, subprocess and
+contextlib were half the gate's CPU, ~8 ms of each engine's start on an idle box).
 
-Run as ``execgate.py GO STATUS``: GO, the fd the spawn writes ``[argv, env]`` (JSON) to
-and closes; STATUS, the fd that reads end-of-file once the exec succeeded, else the
-exec's ``errno strerror``.
+Run as ``execgate.py GO STATUS``: GO, the fd the spawn writes the argv's length, the argv
+and the environment (``KEY=VALUE``) to, NUL-separated, and closes; STATUS, the fd that
+reads end-of-file once the exec succeeded, else the exec's ``errno strerror``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import errno
 import os
-import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+
+TYPE_CHECKING = False  # as typing's, without its import (typing brings re, collections)
+if TYPE_CHECKING:  # the spawn's side only: the gate imports nothing it does not run
+    import subprocess
+    from collections.abc import Callable, Mapping, Sequence
 
 NOT_TOLD = 125  # the spawn sent nothing: its pass is gone, and so is the engine
 NO_EXEC = 127  # as a shell says of a command it cannot run
@@ -41,6 +44,9 @@ def spawn(
     """``argv`` exec'd with ``env`` in a new session, its output to ``log_fd``, once
     ``before_exec`` (given the pid the engine will have) has returned. OSError, as
     Popen raises it, when the exec fails."""
+    import subprocess
+
+    told = _wire(argv, env)  # refused here, before anything runs
     go_read, go = os.pipe()
     status, status_write = os.pipe()
     try:
@@ -62,13 +68,22 @@ def spawn(
     finally:
         os.close(go_read)
         os.close(status_write)
-    return _exec(child, argv, env, before_exec=before_exec, go=go, status=status)
+    return _exec(child, told, before_exec=before_exec, go=go, status=status)
+
+
+def _wire(argv: Sequence[str], env: Mapping[str, str]) -> bytes:
+    """What the gate is told: the argv's length, the argv, then ``KEY=VALUE``s, joined by
+    NULs, which none of them can hold (exec refuses one; so does a name with ``=``)."""
+    named = [os.fsencode(k) for k in env]
+    fields = [*map(os.fsencode, argv), *(os.fsencode(f"{k}={v}") for k, v in env.items())]
+    if any(b"\0" in f for f in fields) or any(not k or b"=" in k for k in named):
+        raise OSError(errno.EINVAL, "a NUL byte in an argument or variable, or '=' in a name")
+    return b"\0".join([str(len(argv)).encode(), *fields])
 
 
 def _exec(
     child: subprocess.Popen[bytes],
-    argv: Sequence[str],
-    env: Mapping[str, str],
+    told: bytes,
     *,
     before_exec: Callable[[int], None],
     go: int,
@@ -79,9 +94,11 @@ def _exec(
     with os.fdopen(status, "rb") as answer:
         with os.fdopen(go, "wb") as pipe:  # closed unsent if before_exec raises: no exec
             before_exec(child.pid)
-            with contextlib.suppress(BrokenPipeError):  # the gate ended before it read
-                pipe.write(json.dumps([list(argv), dict(env)]).encode())
+            try:
+                pipe.write(told)
                 sent = True
+            except BrokenPipeError:  # the gate ended before it read
+                pass
         said = answer.read().decode(errors="replace")
     if sent and not said:
         return child  # exec'd: the engine runs (or ran, and its exit is a crash) as ``child``
@@ -102,7 +119,9 @@ def main() -> int:
     told = _told(go)
     if not told:
         return NOT_TOLD
-    argv, env = json.loads(told)
+    count, *fields = told.split(b"\0")
+    argv = fields[: int(count)]
+    env = dict(field.split(b"=", 1) for field in fields[int(count) :])
     os.set_inheritable(status, False)  # closed by a successful exec: the spawn's success
     try:
         os.execvpe(argv[0], argv, env)

@@ -42,8 +42,6 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-import aiohttp
-
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.state import Phase, Record
 from controller.host.probes import connect_host
@@ -66,6 +64,9 @@ KV_CACHE = (
     "sglang:token_usage",
     "llamacpp:kv_cache_usage_ratio",
 )
+# GET (host, port, path) of an engine: its status and, of a 200, its text; None when no
+# whole answer came (surface/routes.py gives the gateway's own client: http/upstream.py).
+Fetch = Callable[[str, int, str], Awaitable[tuple[int, str] | None]]
 # A label that splits a total stated beside it (SGLang's queue by priority).
 BREAKDOWN = re.compile(r'(?:^|,)\s*priority="(?:[^"\\]|\\.)+"')
 
@@ -131,14 +132,14 @@ class EngineMetricsReader:
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        fetch: Fetch,
         records: Callable[[], Iterable[Record]],
         loads: dict[tuple[str, str], EngineLoad],
         after: Callable[[dict[tuple[str, str], EngineLoad], float], Awaitable[None]] | None = None,
         changed: Callable[[], Awaitable[None]] | None = None,
         queued: Callable[[str, float], None] | None = None,
     ) -> None:
-        self._session = session
+        self._fetch = fetch
         self._queued = queued  # given each engine's queue as read (nonce, waiting): routing
         self._records = records
         self.loads = loads  # (deployment, instance) -> its last reading (metrics.py shows it)
@@ -178,17 +179,19 @@ class EngineMetricsReader:
                     self._queued(rec.nonce, load.waiting)
 
     async def _read(self, rec: Record) -> EngineLoad | None:
-        url = f"http://{_host(connect_host(rec.host))}:{rec.port}/metrics"
+        if rec.port is None:  # not _readable
+            return None
         try:
-            async with asyncio.timeout(TIMEOUT), self._session.get(url) as answer:
-                if answer.status >= 500:  # failing now, not without metrics: asked again
-                    return None
-                if answer.status in (401, 403):
-                    self._locked(rec, answer.status)
-                    return None
-                text = await answer.text() if answer.status == 200 else ""
-        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
-            return None  # a slow or busy engine: no reading this time, asked again
+            async with asyncio.timeout(TIMEOUT):
+                answer = await self._fetch(connect_host(rec.host), rec.port, "/metrics")
+        except TimeoutError:
+            answer = None
+        if answer is None or answer[0] >= 500:
+            return None  # a slow, busy or failing engine: no reading this time, asked again
+        status, text = answer
+        if status in (401, 403):
+            self._locked(rec, status)
+            return None
         load = parse(text)
         if load.waiting is None and load.kv_cache is None:
             if rec.nonce is not None:
@@ -214,7 +217,3 @@ class EngineMetricsReader:
 
 def _readable(rec: Record) -> bool:
     return rec.phase is Phase.READY and rec.port is not None and rec.nonce is not None
-
-
-def _host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -1,12 +1,13 @@
 """The gateway's client to its engines: kept-alive HTTP/1.1 connections, nothing more.
 
-Why not aiohttp's client (which the gateway still uses off the request path: /metrics
-reads, /v1/models): measured on this project's 2-core box (``benchmarks.gateway``), an
-aiohttp server forwarding through aiohttp's client reached about half of nginx's
+Why not aiohttp's client: measured on this project's 2-core box (``benchmarks.gateway``),
+an aiohttp server forwarding through aiohttp's client reached about half of nginx's
 requests/s at 32 clients, and the same server forwarding through a plain pooled HTTP/1.1
 client reached the engine's own rate; the client's per-request machinery (its request
 and response objects, cookie jar, tracing hooks, timers) was most of the gateway's cost.
-An engine speaks plain HTTP/1.1 on a port the gateway chose, so this client needs only:
+(The engines' /metrics are read with it too, ``get_text``: aiohttp's import alone was a
+quarter of a gateway process's start.) An engine speaks plain HTTP/1.1 on a port the
+gateway chose, so this client needs only:
 
 - a pool of connections per engine address, at most ``limit`` open in all (idle ones
   are closed to make room), an idle one dropped once the engine has closed it or after
@@ -388,6 +389,34 @@ class Answer:
             self._upstream._give_back(conn)
         else:
             self._upstream._forget(conn)
+
+
+async def get_text(upstream: Upstream, host: str, port: int, path: str) -> tuple[int, str] | None:
+    """``GET path`` of an engine, off the requests' path (its ``/metrics``): the answer's
+    status and, of a 200, its body as text (in the charset its ``Content-Type`` names,
+    else UTF-8); None when no whole answer came, or its text is not in that charset. No
+    ``Accept-Encoding`` is sent, so the body comes as it is (aiohttp's client asked for
+    gzip and, told not to decompress, read compressed bytes as text)."""
+    try:
+        async with await upstream.request("GET", host, port, path, [], None) as answer:
+            if answer.status != 200:
+                return answer.status, ""
+            body = await answer.read()
+            charset = _charset(answer.headers.get("Content-Type", ""))
+    except (Unreached, Dropped, Malformed, OSError):
+        return None
+    try:
+        return 200, body.decode(charset)
+    except (UnicodeDecodeError, LookupError):
+        return None
+
+
+def _charset(content_type: str) -> str:
+    for param in content_type.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip(' "'):
+            return value.strip(' "')
+    return "utf-8"
 
 
 class _Framing:

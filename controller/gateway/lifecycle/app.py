@@ -22,8 +22,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from controller.errors import ConfigError
 from controller.gateway.accounting import keys as keys_mod
 from controller.gateway.accounting import requestlog, tracing
@@ -264,19 +262,12 @@ class Gateway:
         install()  # before the first connection: no line of the HTTP library unfiltered
         self.loop.set_exception_handler(exception_handler(Throttle()))
         connections = self._connections = Connections(connection_cap())
-        # As many engine connections as client ones: together they stay under the fd limit.
-        connector = aiohttp.TCPConnector(
-            limit=connections.cap, ttl_dns_cache=300, socket_factory=enginesock.engine_socket
-        )
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=enginesock.CONNECT_TIMEOUT)
-        session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         # The requests' own path to the engines (http/upstream.py says why not aiohttp's
-        # client); the session serves the looks off that path (/metrics, /v1/models).
-        self._upstream = upstream = Upstream(
-            limit=connections.cap,
-            connect_timeout=enginesock.CONNECT_TIMEOUT,
-            socket_factory=enginesock.engine_socket,
-        )
+        # client), and a client of the looks off that path (/metrics) beside it: a read is
+        # never held behind requests that took every connection. As many engine connections
+        # as client ones each: together they stay under the fd limit.
+        self._upstream = upstream = _engine_client(connections.cap)
+        looks = _engine_client(connections.cap)
         table = Table(health=Health(notify=recorder(s.state_dir, self.metrics)))
         self.metrics.known = lambda: table.instances  # idle instances read 0 in flight
         forwarder = Forwarder(
@@ -297,7 +288,7 @@ class Gateway:
             state_dir=s.state_dir,
             keys=self.keys,
             loopback_only=s.loopback,
-            session=session,
+            looks=looks,
             requests=self.requests,
             waiting_every=s.waiting_comment,
             tracing=self.tracing,
@@ -324,7 +315,7 @@ class Gateway:
                 self._listener = acceptor
         except BaseException:
             await self._beside.aclose()
-            await session.close()
+            await looks.close()
             await upstream.close()
             raise
         self._tasks.append(asyncio.create_task(demand.run()))
@@ -358,7 +349,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self.front is not None:
-            await self.front.session.close()
+            await self.front.looks.close()
         if self._upstream is not None:
             await self._upstream.close()
 
@@ -370,6 +361,14 @@ def bodies_room(settings: Settings) -> Bodies:
     total = max(settings.max_body_total, settings.max_body)
     share = max(total // 2, settings.max_body) if settings.api_keys is not None else None
     return Bodies(total=total, wait=settings.queue_wait, share=share)
+
+
+def _engine_client(limit: int) -> Upstream:
+    return Upstream(
+        limit=limit,
+        connect_timeout=enginesock.CONNECT_TIMEOUT,
+        socket_factory=enginesock.engine_socket,
+    )
 
 
 def _tls(settings: Settings) -> Tls | None:

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-import aiohttp
-
 from controller.core.manifest.listen import host_refusal
 from controller.gateway.accounting import requestlog, usage
 from controller.gateway.accounting.enginemetrics import EngineMetricsReader
@@ -34,6 +32,7 @@ from controller.gateway.http import paths
 from controller.gateway.http.answers import error
 from controller.gateway.http.messages import Request, Response, StreamResponse, json_response
 from controller.gateway.http.router import Router
+from controller.gateway.http.upstream import Upstream, get_text
 from controller.gateway.routing.concurrency import Bodies, Held
 from controller.gateway.routing.table import FIRST_PASS_WAIT, Table
 from controller.gateway.settings import WAITING_EVERY
@@ -87,7 +86,7 @@ class Front:
     table: Table
     metrics: GatewayMetrics
     max_body: int
-    session: aiohttp.ClientSession
+    looks: Upstream  # the engines' /metrics reads: a client of their own beside the requests'
     bodies: Bodies
     forwarder: Forwarder  # takes a request whose model is known to an engine
     state_dir: Path
@@ -132,7 +131,7 @@ class Front:
         figures = EngineFigures(self.state_dir)
         await asyncio.get_running_loop().run_in_executor(None, figures.prune)
         reader = EngineMetricsReader(
-            self.session,
+            functools.partial(get_text, self.looks),
             lambda: list(self.table.records.values()),
             self.metrics.engines,
             figures.write,

@@ -176,10 +176,6 @@ def look(entry: CacheEntry, running: bool) -> PullView:
     return PullView(key=entry.key, progress=entry.progress(), failure=failure)
 
 
-def look_all(root: Path, running: frozenset[str]) -> dict[str, PullView]:
-    return {e.key: look(e, e.key in running) for e in entries(root)}
-
-
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
