@@ -224,13 +224,13 @@ def test_a_path_made_a_symlink_out_of_the_repository_is_refused_and_prunes_nothi
     (remote.work / "manifests").symlink_to(elsewhere)
     leads_out = remote.commit({}, "manifests: a symlink out of the repository")
     out = reconcile("--once", *git_args(remote), check=1)
-    said = f"manifests: is a symlink out of the repository (to '{elsewhere}')"
-    assert f"{said}: refused unread, nothing pruned" in out.err, out
+    said = "manifests: is a symlink out of the repository (to '"  # the target cut at 80
+    assert said in out.err and "): refused unread, nothing pruned" in out.err, out
     assert reconcile.record("outsider") is None, out
     assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid, out
     seen = source(reconcile)
     assert seen["applied"] == leads_out and seen["state"] == "Degraded", seen
-    assert f"{said} at this commit; nothing pruned" in seen["message"], seen
+    assert said in seen["message"] and ") at this commit; nothing pruned" in seen["message"], seen
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
