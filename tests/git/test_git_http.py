@@ -106,6 +106,23 @@ def test_a_url_s_token_is_on_no_command_line_while_git_fetches(
         server.stop()
 
 
+def test_a_git_url_written_wrong_in_node_yaml_is_said_without_its_token(reconcile: Any) -> None:
+    """`url: x: https://tess:TOKEN@host/ops.git` (a YAML syntax error), or `url: {x: ...}`
+    (a mapping), was refused with a hint that quoted what was written, the token with it,
+    in `--once`'s error and every read verb's warning: errors land in cron mails and
+    journals. The quote keeps the URL, its password redacted."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    url = f"http://tess:{TOKEN}@127.0.0.1:9/remote.git"
+    node = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    for written, said in ((f"x: {url}", "invalid YAML"), (f"{{x: {url}}}", "git.url: Input")):
+        (reconcile.state / "node.yaml").write_text(f"git:\n  url: {written}\n")
+        out = reconcile("--once", *node, common=False, check=1)
+        assert f"node.yaml:2: {said}" in out.err and "x: http://tess:<redacted>@" in out.err, out
+        assert TOKEN not in out.err, out
+        status = reconcile("status", *node, common=False, check=None)
+        assert "node.yaml:2" in status.err and TOKEN not in status.out + status.err, status
+
+
 def test_a_run_without_the_url_s_token_says_it_is_not_kept(
     reconcile: Any, remote: Remote, http: GitHTTP
 ) -> None:
