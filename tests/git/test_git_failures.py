@@ -161,8 +161,13 @@ def _gone(pid: int) -> bool:
 
 
 def _git_child(pid: int) -> int | None:
-    kids = [p for p in psutil.Process(pid).children() if p.name() == "git"]
-    return kids[0].pid if kids else None
+    """``pid``'s `git fetch`, once it runs. A git before it (`init`, `rev-parse`) may end
+    between the listing and the look at its name (psutil.NoSuchProcess: CI, FLAKY)."""
+    for kid in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if kid.name() == "git" and "fetch" in kid.cmdline():
+                return int(kid.pid)
+    return None
 
 
 @pytest.fixture
