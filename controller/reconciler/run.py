@@ -1175,7 +1175,10 @@ def _folder_problem(result: PassResult, loaded: LoadResult) -> str | None:
         return None
     if not result.missing_folders:
         return "no manifest in it"
-    return "no such folder at this commit" + loaded.near_folder(result.missing_folders[0])
+    first = result.missing_folders[0]
+    if first in loaded.unusable:  # there, but refused (a file, a symlink out of the repository)
+        return f"{loaded.unusable[first]} at this commit"
+    return "no such folder at this commit" + loaded.near_folder(first)
 
 
 def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:

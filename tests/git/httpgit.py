@@ -26,6 +26,9 @@ class GitHTTP:
         auth = f"{user}:{token}@" if user else ""
         return f"http://{auth}127.0.0.1:{self.port}/{repo}"
 
+    def on_request(self) -> None:
+        """Called as an authorised request comes, its git still waiting for the answer."""
+
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
@@ -50,6 +53,7 @@ class GitHTTP:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                outer.on_request()
                 path, _, query = self.path.partition("?")
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 env = {

@@ -108,6 +108,31 @@ def test_with_folders_a_label_change_prunes_and_an_unreadable_node_yaml_stops_no
     reconcile.down()
 
 
+def test_a_node_yaml_emptied_by_a_write_in_progress_stops_nothing(reconcile: Any) -> None:
+    """A node.yaml of no byte (`cat > node.yaml` at the instant of its truncate, an editor's
+    save cut short, a full disk) was read as no settings: the node's labels gone, a
+    `--once` stopped every deployment they selected ("no longer matches this node's
+    labels"). It is refused as a half-written one is, naming the file and the next move;
+    a comment alone says a node has no settings, and then the selected one goes."""
+    node_yaml = reconcile.state / "node.yaml"
+    reconcile.state.mkdir(mode=0o700)
+    node_yaml.write_text("labels: {gpu: h100}\n")
+    reconcile.write("big", nodeSelector={"gpu": "h100"})
+    reconcile.once()
+    (pid,) = reconcile.pids("big")
+    for emptied in ("", " \n\n"):
+        node_yaml.write_text(emptied)
+        out = reconcile.once(check=1)
+        assert f"{node_yaml}: is empty (a write cut short" in out.err, out
+        assert "Traceback" not in out.err, out
+        assert reconcile.pids("big") == {pid} and reconcile.record("big") is not None, out
+    node_yaml.write_text("# no settings\n")  # said so: no labels, so big is not this node's
+    out = reconcile.once()
+    assert "nodeSelector gpu=h100 does not match" in out.out, out
+    assert not reconcile.alive(pid) and reconcile.record("big") is None, out
+    reconcile.down()
+
+
 def test_a_once_wait_says_what_it_skipped_as_a_once_does(reconcile: Any) -> None:
     """A README trial: `--once --wait` on a fleet node said nothing of the deployments it
     left to other nodes, where `--once`, `plan` and `status` say how many and why."""

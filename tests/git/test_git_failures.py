@@ -18,6 +18,7 @@ from typing import Any
 import faketime
 import psutil
 import pytest
+from disks import read_only, tmpfs
 
 from controller.failpoints import GIT_POINTS
 from controller.store.lock import FileLock
@@ -160,8 +161,13 @@ def _gone(pid: int) -> bool:
 
 
 def _git_child(pid: int) -> int | None:
-    kids = [p for p in psutil.Process(pid).children() if p.name() == "git"]
-    return kids[0].pid if kids else None
+    """``pid``'s `git fetch`, once it runs. A git before it (`init`, `rev-parse`) may end
+    between the listing and the look at its name (psutil.NoSuchProcess: CI, FLAKY)."""
+    for kid in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if kid.name() == "git" and "fetch" in kid.cmdline():
+                return int(kid.pid)
+    return None
 
 
 @pytest.fixture
@@ -293,3 +299,36 @@ def test_a_failed_move_is_tried_again_when_its_back_off_ends_not_at_the_next_pas
     )
     assert d.stop() == 0
     reconcile("--git", remote.url, *GIT, "down", check=0)
+
+
+def test_a_fetch_that_fails_on_the_checkout_s_own_disk_names_that_disk(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A fetch that met a full disk, or a checkout on a disk the kernel remounted
+    read-only, said git's words alone (`unable to write loose object file: No space left
+    on device`) or Python's (`[Errno 30] Read-only file system: '.../index.lock'`), which
+    sent the operator to the remote. Each names the checkout's disk and the next move; the
+    engine runs on, nothing is pruned, and once the disk is mended the next fetch goes on."""
+    with tmpfs(reconcile.state, "12m"):
+        remote.deploy("alpha")
+        reconcile.converge("--git", remote.url, *GIT)
+        (pid,) = reconcile.pids("alpha")
+        checkout = reconcile.state / "git" / "checkout"
+        (remote.work / "weights.bin").write_bytes(os.urandom(16 << 20))  # a push by mistake
+        remote.commit({}, "a large file pushed by mistake")
+        full = reconcile("--once", "--git", remote.url, *GIT, check=1)
+        said = f"the disk of this node's checkout ({checkout}) is full: free space on it"
+        assert "No space left on device" in full.err and said in full.err, full
+        assert said in source(reconcile)["message"] and reconcile.pids("alpha") == {pid}
+        run_git(remote.work, "rm", "-q", "weights.bin")
+        gone = remote.commit({}, "the large file removed", push=False)
+        run_git(remote.work, "push", "-q", "--force", "origin", f"{gone}~2:main")
+        with read_only(checkout):
+            ro = reconcile("--once", "--git", remote.url, *GIT, check=1)
+        said = f"this node's checkout ({checkout}) is on a disk mounted read-only"
+        assert "Read-only file system" in ro.err and said in ro.err, ro
+        assert "[Errno" not in ro.err and reconcile.pids("alpha") == {pid}, ro
+        reconcile("--once", "--git", remote.url, *GIT)  # mended: it fetches, and runs on
+        seen = source(reconcile)
+        assert seen["state"] != "PullFailed" and reconcile.pids("alpha") == {pid}, seen
+        reconcile("--git", remote.url, *GIT, "down", check=0)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.git.conftest import Remote, source
@@ -58,6 +61,66 @@ def test_over_http_with_a_token_then_a_wrong_token_then_no_server(
     assert seen["state"] == "PullFailed" and seen["applied"] == applied, seen
     assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
     reconcile("--git", url, "--git-path", "manifests", "down", check=0)
+
+
+class Watched(GitHTTP):
+    """Notes, at each authorised request (its git waiting for the answer), the command line
+    of every process on the box that holds the token."""
+
+    def __init__(self, root: Path, user: str, token: str) -> None:
+        super().__init__(root, user, token)
+        self.requests = 0
+        self.shown: list[str] = []
+
+    def on_request(self) -> None:
+        self.requests += 1
+        for proc in psutil.process_iter(["cmdline"]):
+            argv = " ".join(proc.info["cmdline"] or ())
+            if TOKEN_SEEN in argv:
+                self.shown.append(f"pid {proc.pid}: {argv}")
+
+
+TOKEN_SEEN = f"tok-{uuid.uuid4().hex}"  # this module's own: no other test's process holds it
+
+
+def test_a_url_s_token_is_on_no_command_line_while_git_fetches(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A token in the URL (node.yaml's git.url, so reconcile's own command line holds none)
+    was on the command line of `git fetch` and of its git-remote-http for the whole fetch,
+    which any local user reads in `ps`. git is given it through its credential helper from
+    its environment: the fetch goes through, and no process's command line holds it."""
+    applied = remote.deploy("alpha")
+    server = Watched(remote.bare.parent, "tess", TOKEN_SEEN)
+    try:
+        reconcile.state.mkdir(parents=True, exist_ok=True)
+        url = server.url("remote.git", "tess", TOKEN_SEEN)
+        (reconcile.state / "node.yaml").write_text(f"git:\n  url: {url}\n  path: manifests\n")
+        node = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+        out = reconcile("--once", *node, "--devices", reconcile.devices, common=False, check=0)
+        assert server.requests >= 2 and server.shown == [], (server.shown, out)
+        assert reconcile.record("alpha")["revision"] == applied, out
+        assert TOKEN_SEEN not in out.out + out.err, out
+        reconcile("down", *node, common=False, check=0)
+    finally:
+        server.stop()
+
+
+def test_a_git_url_written_wrong_in_node_yaml_is_said_without_its_token(reconcile: Any) -> None:
+    """`url: x: https://tess:TOKEN@host/ops.git` (a YAML syntax error), or `url: {x: ...}`
+    (a mapping), was refused with a hint that quoted what was written, the token with it,
+    in `--once`'s error and every read verb's warning: errors land in cron mails and
+    journals. The quote keeps the URL, its password redacted."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    url = f"http://tess:{TOKEN}@127.0.0.1:9/remote.git"
+    node = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    for written, said in ((f"x: {url}", "invalid YAML"), (f"{{x: {url}}}", "git.url: Input")):
+        (reconcile.state / "node.yaml").write_text(f"git:\n  url: {written}\n")
+        out = reconcile("--once", *node, common=False, check=1)
+        assert f"node.yaml:2: {said}" in out.err and "x: http://tess:<redacted>@" in out.err, out
+        assert TOKEN not in out.err, out
+        status = reconcile("status", *node, common=False, check=None)
+        assert "node.yaml:2" in status.err and TOKEN not in status.out + status.err, status
 
 
 def test_a_run_without_the_url_s_token_says_it_is_not_kept(

@@ -205,6 +205,35 @@ def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remot
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
+def test_a_path_made_a_symlink_out_of_the_repository_is_refused_and_prunes_nothing(
+    reconcile: Any, remote: Remote, tmp_path: Path
+) -> None:
+    """A commit that makes the git path a symlink out of the checkout (`manifests ->
+    /srv/other`): a manifest's own symlink may not leave its folder, but the folder itself
+    was followed, so the node read a folder of its own disk as the commit's manifests: it
+    started what that folder held and pruned what the repository declares. The folder is
+    refused unread, as a missing one: nothing is pruned, nothing of it starts."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    outsider = reconcile.deployment("outsider", basePort=reconcile.port + 10)
+    (elsewhere / "outsider.yaml").write_text(reconcile.dump_yaml(outsider))
+    shutil.rmtree(remote.work / "manifests")
+    (remote.work / "manifests").symlink_to(elsewhere)
+    leads_out = remote.commit({}, "manifests: a symlink out of the repository")
+    out = reconcile("--once", *git_args(remote), check=1)
+    said = "manifests: is a symlink out of the repository (to '"  # the target cut at 80
+    assert said in out.err and "): refused unread, nothing pruned" in out.err, out
+    assert reconcile.record("outsider") is None, out
+    assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid, out
+    seen = source(reconcile)
+    assert seen["applied"] == leads_out and seen["state"] == "Degraded", seen
+    assert said in seen["message"] and ") at this commit; nothing pruned" in seen["message"], seen
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
 def test_a_path_gone_at_a_commit_is_said_once_and_no_earlier_error_with_it(
     reconcile: Any, remote: Remote
 ) -> None:

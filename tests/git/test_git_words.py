@@ -55,3 +55,25 @@ def test_a_remote_s_control_characters_are_shown_escaped(reconcile: Any, remote:
 
     noisy.unlink()
     reconcile("--git", url, *GIT, "down", check=0)
+
+
+def test_a_file_name_s_control_characters_are_shown_escaped(reconcile: Any, remote: Remote) -> None:
+    """A file's name is whatever a push made it: one holding a terminal's escapes (a
+    title set by OSC, a colour, a cleared screen) reached the operator's terminal as itself
+    from `--once`, `status` (its source and `not loaded:` lines), `validate` and `plan`,
+    wherever a manifest that did not load (or a record's source) was named."""
+    remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    evil = "manifests/evil\x1b]0;pwned\x07\x1b[2J\u202e.yaml"
+    shown = "manifests/evil\\x1b]0;pwned\\x07\\x1b[2J\\u202e.yaml:2: invalid YAML"
+    remote.commit({evil: "apiVersion: [\n"}, "a file named with escapes")
+    views = {"--once": reconcile("--once", "--git", remote.url, *GIT, check=1)}
+    for verb in (("status", "-o", "wide"), ("plan",), ("validate", "--git", remote.url, *GIT)):
+        views[" ".join(verb)] = reconcile(*verb, check=None)
+    for view, result in views.items():
+        for text in (result.out, result.err):
+            assert not [c for c in RAW if c in text], (view, text)
+    assert shown in views["--once"].err, views["--once"]
+    assert shown in views["status -o wide"].out + views["status -o wide"].err, views
+    assert shown in source(reconcile)["message"]
+    reconcile("--git", remote.url, *GIT, "down", check=0)

@@ -179,6 +179,34 @@ def test_a_dry_run_is_the_plan_against_the_older_commit(reconcile: Any, remote: 
     node_only(reconcile, "down")
 
 
+def test_a_dry_run_reads_a_symlink_and_a_submodule_as_a_pass_does(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`rollback --dry-run` wrote each file of the older commit's folder with `git show`:
+    a submodule in it (a gitlink) failed that (`fatal: bad object`, a traceback), and a
+    symlink that stays in the folder (`beta.yaml -> beta.txt`, which a pass follows) was
+    read as its target's text ("a document must be a mapping"). The older commit's plan is
+    the plan a pass would make there: beta created, alpha unchanged, exit 0."""
+    text = reconcile.dump_yaml(reconcile.deployment("beta", basePort=reconcile.port + 4))
+    (remote.work / "manifests").mkdir()
+    (remote.work / "manifests" / "beta.yaml").symlink_to("beta.txt")
+    base = remote.deploy("alpha")
+    remote.commit({"manifests/beta.txt": text}, "beta by a link", push=False)
+    run_git(remote.work, "update-index", "--add", "--cacheinfo", f"160000,{base},manifests/lib")
+    run_git(remote.work, "commit", "-q", "-m", "a submodule")
+    run_git(remote.work, "push", "-q", "--force", "origin", "HEAD:main")
+    good = run_git(remote.work, "rev-parse", "HEAD")
+    # the submodule goes too: `add -A` drops it (no folder of it here)
+    remote.commit({"manifests/beta.yaml": None, "manifests/beta.txt": None}, "beta gone")
+    reconcile.converge("--git", remote.url, *GIT)
+    dry = reconcile("rollback", good, "--dry-run", check=0)
+    assert "Traceback" not in dry.err and "error" not in dry.out, dry
+    (line,) = [ln for ln in dry.out.splitlines() if " beta " in ln]
+    assert "create" in line and "1 to create" in dry.out and "1 unchanged" in dry.out, dry
+    assert source(reconcile)["pinned"] is None
+    node_only(reconcile, "down")
+
+
 def test_a_dry_run_probes_a_starting_engine_with_its_envfrom_key(
     reconcile: Any, remote: Remote, tmp_path: Path
 ) -> None:

@@ -191,16 +191,34 @@ def _show_change(
 
 def _export(repo: Path, commit: str, path: str, into: Path) -> Path:
     """The manifest folder ``path`` as it is at ``commit``, written under ``into``; a
-    folder missing at the commit comes out empty (the empty-folder guard, as a pass)."""
+    folder missing at the commit comes out empty (the empty-folder guard, as a pass).
+
+    As a checkout has it: a symlink is made a symlink (a pass follows one that stays in
+    its folder and refuses one that leads out, and ``load`` checks these the same way),
+    and a submodule is left out (a checkout leaves it empty). Each was read as a file:
+    `git show` of a submodule failed (the dry-run ended in a traceback), and a link's
+    target text was read as YAML."""
     spec = [] if path == "." else ["--", path]
-    names = gitsource.git(repo, "ls-tree", "-r", "-z", "--name-only", commit, *spec)
-    for name in filter(None, names.split("\0")):
+    listed = gitsource.git(repo, "ls-tree", "-r", "-z", commit, *spec)
+    for entry in filter(None, listed.split("\0")):
+        meta, _, name = entry.partition("\t")
+        mode, kind, _ = meta.split()
+        if kind != "blob":  # a submodule's commit: none of its files is the repository's
+            continue
         target = into / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(gitsource.git(repo, "show", f"{commit}:{name}") + "\n")
+        content = gitsource.git(repo, "show", f"{commit}:{name}")
+        if mode == _SYMLINK:
+            target.symlink_to(content)
+        else:
+            target.write_text(content + "\n")
     folder = into / path
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_symlink():  # one that leads nowhere here is load's to say
+        folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+_SYMLINK = "120000"  # git's mode of a symlink in a tree
 
 
 def _pin(source: gitsource.GitSource, target: str | None, daemon: int | None) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from controller.redact import redact_url
+
 
 # "Did you mean …?" for a field name that is one slip away from a known one. Pure.
 #
@@ -53,9 +55,10 @@ LIMIT = 40
 
 
 def short(value: object, limit: int = LIMIT) -> str:
-    """``repr(value)`` cut to ``limit`` characters (``…`` marks the cut): one printable line."""
+    """``repr(value)`` cut to ``limit`` characters (``…`` marks the cut): one printable
+    line, with no URL's password or secret query value (``redact_url``)."""
     try:
-        text = repr(value)
+        text = redact_url(repr(value))
     except ValueError:  # an int past Python's digit limit
         text = f"<a {type(value).__name__} too long to show>"
     if len(text) <= limit:
@@ -71,7 +74,9 @@ def key(text: str, limit: int = LIMIT) -> str:
 
 
 def clip(text: str, limit: int = LIMIT) -> str:
-    """``text`` itself when short and printable, else ``short(text)``: quoted, escaped, cut."""
+    """``text`` itself when short and printable, else ``short(text)``: quoted, escaped, cut
+    (a URL's password out of either: `git.url` written as a mapping quoted its token)."""
+    text = redact_url(text)
     if len(text) <= limit and text.isprintable():
         return text
     return short(text, limit)

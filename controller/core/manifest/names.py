@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable
 from pathlib import Path
+
+from controller.redact import printable
 
 DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -80,10 +83,10 @@ def model_names(name: str, model: str | None, aliases: Iterable[str]) -> tuple[s
 def in_repo(checkout: Path | None, file: str) -> str:
     """A manifest file of a git source's ``checkout`` named as in the repository
     (``manifests/a.yaml``), for people: the checkout's place under the state dir is
-    reconcile's, not theirs. Any other file (or no checkout) as it is."""
-    if checkout is None:
-        return file
-    try:
-        return Path(file).relative_to(checkout).as_posix()
-    except ValueError:
-        return file
+    reconcile's, not theirs. Any other file (or no checkout) as it is. Its control
+    characters escaped (``\\x1b``): a file's name is whatever a push made it, and a
+    name holding a terminal's escapes set the title or hid lines of `status` and `--once`."""
+    if checkout is not None:
+        with contextlib.suppress(ValueError):
+            file = Path(file).relative_to(checkout).as_posix()
+    return printable(file)

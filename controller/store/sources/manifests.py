@@ -628,6 +628,11 @@ def load(
     seen: set[str] = set()  # real paths: `-f m -f m/a.yaml` (or one folder twice) reads a.yaml once
     folders = list(folders)  # read twice: for its files, then (none found) for near misses
     for folder in folders:
+        if repo is not None and (target := _out_of_repo(folder, repo)):
+            why = f"is a symlink out of the repository (to {short(target, 80)})"
+            _unusable(result, str(folder), why, f"{why}: refused unread, nothing pruned; "
+                      "make it a folder in the repository, and push")  # fmt: skip
+            continue
         try:
             files = _listing(folder, strict)
         except FileNotFoundError:
@@ -665,6 +670,16 @@ def load(
     _check_fallbacks(result)
     result.errors = [result.error(e) for e in result.errors]
     return result
+
+
+def _out_of_repo(folder: Path, repo: Path) -> str | None:
+    """Where a git source's folder leads, when a symlink on its way takes it out of the
+    checkout (``manifests -> /etc/reconcile``, ``-> ../../elsewhere``); else None. A
+    manifest's own symlink may not leave its folder (``bounded``), but the folder itself
+    was followed anywhere: a commit could make the node read, and run, a folder of the
+    node's that the repository does not hold, and prune what the repository declares."""
+    target = os.path.realpath(folder)
+    return None if Path(target).is_relative_to(os.path.realpath(repo)) else target
 
 
 def _unusable(result: LoadResult, folder: str, why: str, error: str) -> None:

@@ -180,6 +180,17 @@ def _empty(node: yaml.Node) -> bool:
     return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
 
 
+# A node config of no byte but blanks is the instant of a write (`cat > node.yaml`, an
+# editor's save, a full disk): read as no settings, a `--once` or a daemon's start there
+# took the node for one with no labels and stopped every deployment they had selected.
+# It is refused, as a half-written one is; a node with no settings may say so.
+EMPTY_NODE_FILE = (
+    "is empty (a write cut short, or a full disk?): refused, since read as no settings it"
+    " would drop this node's labels and stop what they select; write its settings again"
+    " (a node with none: a comment, `# no settings`, or no file)"
+)
+
+
 def load_mapping(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
     """One YAML mapping (the node config file), bounded like a manifest, with its lines.
 
@@ -187,6 +198,8 @@ def load_mapping(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
     """
     try:
         text = read_bounded(path).decode("utf-8")
+        if not text.strip():
+            raise ValueError(f"{path}: {EMPTY_NODE_FILE}")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         converter = _Converter()
         value = converter.convert(node) if node is not None else {}

@@ -208,12 +208,13 @@ class Fetching(Checkout):
             log.info("git source", change=said, url=shown_url(self.settings.url))
             return
         except (GitFailed, OSError) as exc:
+            said = _on_disk(exc, self.repo)
             if self.beside_daemon is not None:  # this run's alone: the daemon's stands
-                news.error = self._failed_aside = _not_kept(str(exc), self.beside_daemon)
+                news.error = self._failed_aside = _not_kept(said, self.beside_daemon)
                 log.warning("git fetch failed", url=shown_url(self.settings.url),
-                            error=str(exc), kept=False)  # fmt: skip
+                            error=said, kept=False)  # fmt: skip
                 return
-            error = news.error = str(exc)
+            error = news.error = said
             self.change_status(lambda st: self._failed(st, error, tried))
             return
         self.change_status(lambda st: self._fetched(st, sha, by, tried, news))
@@ -366,6 +367,33 @@ def _daemon_failing(st: SourceStatus, daemon: int) -> str | None:
         " cannot stand in for; fix that URL or its credentials and restart the daemon;"
         " `reconcile source` says how its fetches go)"
     )
+
+
+# What a fetch that failed on the checkout's own disk says, by the words git (or the OS)
+# gave: the remote is fine, and no retry mends it until the node's disk is.
+_DISK_FULL = ("No space left on device", "Disk quota exceeded")
+_READ_ONLY = "Read-only file system"
+
+
+def _on_disk(exc: GitFailed | OSError, repo: Path) -> str:
+    """``exc`` in words (an OSError's without Python's ``[Errno N]``), and, where it failed
+    on the disk of the node's checkout (full, or mounted read-only), that disk and the
+    next move: git's words alone sent operators to the remote."""
+    said = str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        said = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    if any(words in said for words in _DISK_FULL):
+        return (
+            f"{said}: the disk of this node's checkout ({repo}) is full: free space on it"
+            " (`df -h`, `df -i`); the next fetch tries again"
+        )
+    if _READ_ONLY in said:
+        return (
+            f"{said}: this node's checkout ({repo}) is on a disk mounted read-only (after a"
+            " disk error, the kernel remounts it so: see dmesg): mend it and mount it"
+            " read-write again; the next fetch tries again"
+        )
+    return said
 
 
 def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:

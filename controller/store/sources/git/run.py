@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from controller import failpoints
 from controller.redact import printable
@@ -61,8 +62,10 @@ def git(
         # manifests' own repository) had its move (`checkout --force`, `clean`) run there.
         "GIT_CEILING_DIRECTORIES": os.path.realpath(Path(repo).parent),
     }
-    cmd = ["git", "-C", str(repo), "-c", "gc.auto=0", "-c", "advice.detachedHead=false", *args]
     verb = _verb(args)
+    args, credentials = _credentials_apart(args)
+    env.update(credentials)
+    cmd = ["git", "-C", str(repo), "-c", "gc.auto=0", "-c", "advice.detachedHead=false", *args]
     with _dies_with_us() as keep:  # before git exists: a signal in between ends it too
         proc = subprocess.Popen(
             cmd,
@@ -170,6 +173,37 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
+
+
+# git's credential helper protocol, answered from git's environment: the only helper asked
+# (the empty one first clears the user's), as a URL's own user and password were.
+_HELPER = (
+    '!f() { test "$1" = get && printf "username=%s\\npassword=%s\\n"'
+    ' "$RECONCILE_GIT_USERNAME" "$RECONCILE_GIT_PASSWORD"; }; f'
+)
+
+
+def _credentials_apart(args: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """``args`` with an http(s) URL's ``user:password@`` taken out, and the environment
+    that gives them to git through its credential helper. In the URL they were on the
+    command line of git and of its git-remote-https for the whole fetch, which every local
+    user reads (`ps`, /proc/PID/cmdline); a process's environment only its own user and
+    root may read."""
+    out, env = [], {}
+    for arg in args:
+        try:
+            parts = urlsplit(arg)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.password:
+            out.append(arg)
+            continue
+        env["RECONCILE_GIT_USERNAME"] = unquote(parts.username or "")
+        env["RECONCILE_GIT_PASSWORD"] = unquote(parts.password)
+        out.append(urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
+    if not env:
+        return args, env
+    return ("-c", "credential.helper=", "-c", f"credential.helper={_HELPER}", *out), env
 
 
 def _verb(args: tuple[str, ...]) -> str:
