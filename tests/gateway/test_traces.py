@@ -13,6 +13,7 @@ aiohttp server decoding ``POST /v1/traces`` with opentelemetry-proto):
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from harness.rawhttp import exchange, request
+from harness.rawhttp import exchange, leaked, request
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -33,13 +34,14 @@ from structlog.testing import capture_logs
 from test_upstream import BODY, Rude, ready, route
 
 from controller.core.manifest.names import next_name
-from controller.gateway.accounting import tracing
+from controller.gateway.accounting import requestlog, tracing
 from controller.gateway.lifecycle.app import Gateway
 from controller.gateway.settings import Settings
 
 ECHO = Path(__file__).with_name("echo_engine.py")
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
+KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
 STUCK = {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2}
 
 
@@ -203,6 +205,43 @@ def test_a_fallback_is_in_the_trace(reconcile: Any, gateway: Any, receiver: Rece
     routed = [s["attrs"]["reconcile.model"] for s in spans if s["name"] == "routing"]
     assert sorted(routed) == ["big", "small"]
     g.finish()
+
+
+def test_an_unknown_model_that_is_a_key_or_not_utf_8_is_traced_and_logged_safely(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    """An unknown model is the client's text, kept as sent by the request log and the
+    request's span: a client that sent its API key as the model (a swapped argument) had
+    the key written to the log and sent to the trace collector; a lone surrogate ("\\ud800",
+    valid JSON) failed the span's encoding, a traceback in the gateway's log per request,
+    and the span went without its model. The key is named by its label; the surrogate is
+    escaped, in the span and the log alike."""
+    reconcile.write("alpha", command=reconcile.demo_command())
+    keys = reconcile.tmp / "keys.txt"
+    keys.write_text(f"{KEY}\n")
+    os.chmod(keys, 0o600)
+    g = gateway("--api-keys", str(keys), env=otel_env(receiver))
+    g.wait_phase("alpha", "Ready")
+    label = hashlib.sha256(KEY.encode()).hexdigest()[:8]
+    asked = {KEY: f"(an API key: {label})", "\ud800evil": "\\ud800evil"}
+    for n, (model, kept) in enumerate(asked.items()):
+        trace_id = f"{TRACE_ID[:-1]}{n}"
+        headers = {"x-api-key": KEY, "traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"}
+        answer = g.post(model, headers)
+        assert answer.status == 404, answer
+        (span,) = spans_of(reconcile, receiver, trace_id, "POST /v1/chat/completions")
+        assert span["attrs"].get("gen_ai.request.model") == kept, span
+    path = requestlog.path_in(reconcile.state)
+    logged = reconcile.wait_for(
+        lambda: len(lines := requestlog.read_lines(path)) == 2 and lines, what="2 lines logged"
+    )
+    assert [line["model"] for line in logged] == list(asked.values()), logged
+    g.finish()
+    said = g.text()
+    assert "Traceback" not in said and '"logger": "opentelemetry' not in said, said[-3000:]
+    for one in path.parent.glob("requests.jsonl*"):
+        assert not leaked(one.read_bytes().decode("latin-1"), [KEY]), one
+    assert not leaked(repr(receiver.spans), [KEY]), receiver.spans
 
 
 def test_a_collector_down_is_said_once_and_once_when_it_is_back(
