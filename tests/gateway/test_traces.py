@@ -151,6 +151,16 @@ def test_a_restart_from_a_shell_without_the_endpoint_says_traces_end(
     g.finish()
 
 
+def request_span(reconcile: Any, receiver: Receiver, trace_id: str) -> Any:
+    """The span of the request of a trace the client began (``CLIENT_SPAN``: its parent)."""
+
+    def found() -> dict[str, Any] | None:
+        spans = [s for s in receiver.trace(trace_id) if s["parent"] == CLIENT_SPAN]
+        return spans[0] if spans else None
+
+    return reconcile.wait_for(found, timeout=30, what=f"the request's span of {trace_id}")
+
+
 def test_one_request_is_one_trace_and_the_engine_gets_its_traceparent(
     reconcile: Any, gateway: Any, receiver: Receiver
 ) -> None:
@@ -242,6 +252,30 @@ def test_an_unknown_model_that_is_a_key_or_not_utf_8_is_traced_and_logged_safely
     for one in path.parent.glob("requests.jsonl*"):
         assert not leaked(one.read_bytes().decode("latin-1"), [KEY]), one
     assert not leaked(repr(receiver.spans), [KEY]), receiver.spans
+
+
+def test_a_path_the_gateway_does_not_route_is_not_the_span_s_name(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    """The request's span was named ``POST /path`` for any /v1/... path, an engine's own
+    included: each path a client made up (``/v1/x-1``, ``/v1/x-2``...) was a new span
+    name, which collectors index and label their span metrics by (an operation each), so
+    one key holder made as many as requests. A path the gateway routes names its span
+    (``http.route`` too); any other is ``POST``, its path in ``url.path``."""
+    echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    reconcile.write("alpha", command=echo)
+    g = gateway(env=otel_env(receiver))
+    g.wait_phase("alpha", "Ready")
+    named = {"/v1/chat/completions": "POST /v1/chat/completions", "/v1/made-up-7": "POST"}
+    for n, (path, name) in enumerate(named.items()):
+        trace_id = f"{TRACE_ID[:-1]}{n}"
+        headers = {"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"}
+        answer = g.request("POST", path, {"model": "alpha"}, headers)
+        assert answer.status == 200 and answer.json()["path"] == path, answer
+        root = request_span(reconcile, receiver, trace_id)
+        assert root["name"] == name and root["attrs"]["url.path"] == path, root
+        assert root["attrs"].get("http.route") == (path if name != "POST" else None), root
+    g.finish()
 
 
 def test_a_collector_down_is_said_once_and_once_when_it_is_back(

@@ -267,7 +267,8 @@ class Front:
             return over
         deployment = "-"
         status = 500
-        with self.tracing.request(request.headers, request.method, path):
+        route = path if path in ROUTED_METHODS else None
+        with self.tracing.request(request.headers, request.method, path, route):
             try:
                 answer = await self._route(Incoming(request, path, query, meter), key)
                 deployment, response = answer
