@@ -151,6 +151,34 @@ def test_a_restart_from_a_shell_without_the_endpoint_says_traces_end(
     g.finish()
 
 
+def test_a_restart_says_where_traces_went_without_the_endpoint_s_secrets(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    """The warning of a restart from a shell that sends no traces named the endpoint the
+    gateway before sent them to as its environment gave it: a collector's password
+    (``http://user:PASSWORD@host``) or token (``?token=``) was printed to the terminal, and
+    kept in the state dir's gateway entries it was read from. Both are redacted."""
+    reconcile.write(
+        "alpha", command=[sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    )
+    password, token = "Pw7QzXvKtLmW", "Tk9RwYpNbJdQ"  # no hex, no word: see leaked()
+    where = f"127.0.0.1:{receiver.port}/v1/traces"
+    endpoint = f"http://collector:{password}@{where}?token={token}"
+    g = gateway(env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint})
+    g.wait_phase("alpha", "Ready")
+    plain = {name: "" for name in tracing.ENDPOINTS}  # a shell without the endpoint
+    restarted = reconcile("gateway", "restart", check=0, env=plain)
+    shown = f"http://collector:<redacted>@{where}?token=<redacted>"
+    assert f"sent traces to {shown}; pid " in restarted.err, restarted
+    g.finish()
+    said = {"restart": restarted.out + restarted.err, "daemon log": g.text()}
+    for path in reconcile.state.rglob("*"):
+        if path.is_file():
+            said[str(path)] = path.read_bytes().decode("latin-1")
+    for name, text in said.items():
+        assert not leaked(text, [password, token]), (name, leaked(text, [password, token]))
+
+
 def request_span(reconcile: Any, receiver: Receiver, trace_id: str) -> Any:
     """The span of the request of a trace the client began (``CLIENT_SPAN``: its parent)."""
 

@@ -35,6 +35,7 @@ from controller.gateway.settings import (
     settings_from_json,
     settings_to_json,
 )
+from controller.redact import redact_url
 from controller.store.side import refused
 
 
@@ -223,9 +224,10 @@ def _say_traces(before: registry.GatewayInfo, after: registry.GatewayInfo | None
     missing in the collector (a trial's restart from a plain shell ended them silently)."""
     if after is None or not before.traces or after.traces == before.traces:
         return
-    now = f"sends them to {after.traces}" if after.traces else "sends none"
+    # Redacted here too: an entry an older gateway wrote holds the endpoint as given.
+    now = f"sends them to {redact_url(after.traces)}" if after.traces else "sends none"
     print(
-        f"warning: gateway pid {before.ref.pid} sent traces to {before.traces}; pid "
+        f"warning: gateway pid {before.ref.pid} sent traces to {redact_url(before.traces)}; pid "
         f"{after.ref.pid}, started with this shell's environment, {now}: set "
         "OTEL_EXPORTER_OTLP_ENDPOINT here as the daemon has it and run "
         "`reconcile gateway restart` again",
