@@ -33,10 +33,14 @@ from procs import free_ports
 from structlog.testing import capture_logs
 from test_upstream import BODY, Rude, ready, route
 
+from controller.cli.gateway import gatewayverbs
 from controller.core.manifest.names import next_name
+from controller.core.state import ProcessRef
 from controller.gateway.accounting import requestlog, tracing
+from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.app import Gateway
 from controller.gateway.settings import Settings
+from controller.redact import redact_url
 
 ECHO = Path(__file__).with_name("echo_engine.py")
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -177,6 +181,27 @@ def test_a_restart_says_where_traces_went_without_the_endpoint_s_secrets(
             said[str(path)] = path.read_bytes().decode("latin-1")
     for name, text in said.items():
         assert not leaked(text, [password, token]), (name, leaked(text, [password, token]))
+
+
+def test_an_older_gateway_s_entry_with_the_endpoint_unredacted_is_no_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A gateway before this one kept its endpoint as given, password and all; the one a
+    restart starts keeps it redacted. The same endpoint is no change: nothing said (a
+    warning naming the same redacted endpoint twice would be); another is, redacted."""
+    given = "http://collector:Pw7QzXvKtLmW@127.0.0.1:4318/v1/traces"
+    older = _info(1, given)
+    gatewayverbs._say_traces(older, _info(2, redact_url(given)))
+    assert capsys.readouterr().err == ""
+    gatewayverbs._say_traces(older, _info(2, "http://elsewhere:4318/v1/traces"))
+    said = capsys.readouterr().err
+    assert "sent traces to http://collector:<redacted>@127.0.0.1:4318/v1/traces; " in said
+    assert "sends them to http://elsewhere:4318/v1/traces" in said and "Pw7Q" not in said
+
+
+def _info(pid: int, traces: str) -> registry.GatewayInfo:
+    ref = ProcessRef(pid=pid, start_time=0.0)
+    return registry.GatewayInfo("n", ref, "127.0.0.1", 8080, "0", "f", {}, 0.0, traces=traces)
 
 
 def request_span(reconcile: Any, receiver: Receiver, trace_id: str) -> Any:
