@@ -315,6 +315,49 @@ def _plain_http_and_tls_1_1_are_refused(g: Any, pki: Pki, cert: Path, key: Path)
     assert _https(g.port, pki.client(), "GET", "/healthz")[0] == 200
 
 
+@pytest.mark.parametrize("rsa", [False, True], ids=["ecdsa", "rsa"])
+def test_tls_1_2_offers_no_cbc_suite(pki: Pki, rsa: bool) -> None:
+    """The server context took Python's default suites, which beside the AEAD ones offer
+    TLS 1.2's CBC ones (``ECDHE-ECDSA-AES128-SHA256``...: Lucky13; testssl and SSL Labs
+    flag them, Mozilla's "intermediate" has none): a client that offers CBC alone was
+    served (checked with ``openssl s_client -tls1_2 -cipher``). It is refused, and the
+    AES-GCM and ChaCha20 suites of either key type are served."""
+    cert, key = pki.folder / "cert.pem", pki.folder / "key.pem"
+    pki.server(1, cert, key, rsa=rsa)
+    server = tls.server_context(cert, key)
+    cbc = "ECDHE+AES+SHA256:ECDHE+AES+SHA384:!AESGCM"
+    for suites, served in ((cbc, False), ("ECDHE+AESGCM", True), ("ECDHE+CHACHA20", True)):
+        client = pki.client()
+        client.maximum_version = ssl.TLSVersion.TLSv1_2  # 1.3's suites are all AEAD
+        client.set_ciphers(suites)
+        got = _handshake(server, client)
+        assert (got is not None) == served, (suites, got)
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> str | None:
+    """The suite ``client`` and ``server`` agree on over a real connection, or None."""
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listening.accept()
+            with contextlib.suppress(OSError), server.wrap_socket(conn, server_side=True):
+                pass
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=WAIT) as raw,
+                client.wrap_socket(raw, server_hostname="localhost") as done,
+            ):
+                agreed = done.cipher()
+        except ssl.SSLError:
+            agreed = None
+        thread.join(timeout=WAIT)
+    return None if agreed is None else agreed[0]
+
+
 def _tls_1_1_client(pki: Pki) -> ssl.SSLContext:
     """A client that offers TLS 1.1 alone (its own security level lowered so that it
     would): the server's refusal is what the test sees."""

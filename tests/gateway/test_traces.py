@@ -13,6 +13,7 @@ aiohttp server decoding ``POST /v1/traces`` with opentelemetry-proto):
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from harness.rawhttp import exchange, request
+from harness.rawhttp import exchange, leaked, request
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -32,14 +33,19 @@ from procs import free_ports
 from structlog.testing import capture_logs
 from test_upstream import BODY, Rude, ready, route
 
+from controller.cli.gateway import gatewayverbs
 from controller.core.manifest.names import next_name
-from controller.gateway.accounting import tracing
+from controller.core.state import ProcessRef
+from controller.gateway.accounting import requestlog, tracing
+from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.app import Gateway
 from controller.gateway.settings import Settings
+from controller.redact import redact_url
 
 ECHO = Path(__file__).with_name("echo_engine.py")
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
+KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
 STUCK = {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2}
 
 
@@ -149,6 +155,65 @@ def test_a_restart_from_a_shell_without_the_endpoint_says_traces_end(
     g.finish()
 
 
+def test_a_restart_says_where_traces_went_without_the_endpoint_s_secrets(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    """The warning of a restart from a shell that sends no traces named the endpoint the
+    gateway before sent them to as its environment gave it: a collector's password
+    (``http://user:PASSWORD@host``) or token (``?token=``) was printed to the terminal, and
+    kept in the state dir's gateway entries it was read from. Both are redacted."""
+    reconcile.write(
+        "alpha", command=[sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    )
+    password, token = "Pw7QzXvKtLmW", "Tk9RwYpNbJdQ"  # no hex, no word: see leaked()
+    where = f"127.0.0.1:{receiver.port}/v1/traces"
+    endpoint = f"http://collector:{password}@{where}?token={token}"
+    g = gateway(env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint})
+    g.wait_phase("alpha", "Ready")
+    plain = {name: "" for name in tracing.ENDPOINTS}  # a shell without the endpoint
+    restarted = reconcile("gateway", "restart", check=0, env=plain)
+    shown = f"http://collector:<redacted>@{where}?token=<redacted>"
+    assert f"sent traces to {shown}; pid " in restarted.err, restarted
+    g.finish()
+    said = {"restart": restarted.out + restarted.err, "daemon log": g.text()}
+    for path in reconcile.state.rglob("*"):
+        if path.is_file():
+            said[str(path)] = path.read_bytes().decode("latin-1")
+    for name, text in said.items():
+        assert not leaked(text, [password, token]), (name, leaked(text, [password, token]))
+
+
+def test_an_older_gateway_s_entry_with_the_endpoint_unredacted_is_no_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A gateway before this one kept its endpoint as given, password and all; the one a
+    restart starts keeps it redacted. The same endpoint is no change: nothing said (a
+    warning naming the same redacted endpoint twice would be); another is, redacted."""
+    given = "http://collector:Pw7QzXvKtLmW@127.0.0.1:4318/v1/traces"
+    older = _info(1, given)
+    gatewayverbs._say_traces(older, _info(2, redact_url(given)))
+    assert capsys.readouterr().err == ""
+    gatewayverbs._say_traces(older, _info(2, "http://elsewhere:4318/v1/traces"))
+    said = capsys.readouterr().err
+    assert "sent traces to http://collector:<redacted>@127.0.0.1:4318/v1/traces; " in said
+    assert "sends them to http://elsewhere:4318/v1/traces" in said and "Pw7Q" not in said
+
+
+def _info(pid: int, traces: str) -> registry.GatewayInfo:
+    ref = ProcessRef(pid=pid, start_time=0.0)
+    return registry.GatewayInfo("n", ref, "127.0.0.1", 8080, "0", "f", {}, 0.0, traces=traces)
+
+
+def request_span(reconcile: Any, receiver: Receiver, trace_id: str) -> Any:
+    """The span of the request of a trace the client began (``CLIENT_SPAN``: its parent)."""
+
+    def found() -> dict[str, Any] | None:
+        spans = [s for s in receiver.trace(trace_id) if s["parent"] == CLIENT_SPAN]
+        return spans[0] if spans else None
+
+    return reconcile.wait_for(found, timeout=30, what=f"the request's span of {trace_id}")
+
+
 def test_one_request_is_one_trace_and_the_engine_gets_its_traceparent(
     reconcile: Any, gateway: Any, receiver: Receiver
 ) -> None:
@@ -202,6 +267,67 @@ def test_a_fallback_is_in_the_trace(reconcile: Any, gateway: Any, receiver: Rece
     }
     routed = [s["attrs"]["reconcile.model"] for s in spans if s["name"] == "routing"]
     assert sorted(routed) == ["big", "small"]
+    g.finish()
+
+
+def test_an_unknown_model_that_is_a_key_or_not_utf_8_is_traced_and_logged_safely(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    """An unknown model is the client's text, kept as sent by the request log and the
+    request's span: a client that sent its API key as the model (a swapped argument) had
+    the key written to the log and sent to the trace collector; a lone surrogate ("\\ud800",
+    valid JSON) failed the span's encoding, a traceback in the gateway's log per request,
+    and the span went without its model. The key is named by its label; the surrogate is
+    escaped, in the span and the log alike."""
+    reconcile.write("alpha", command=reconcile.demo_command())
+    keys = reconcile.tmp / "keys.txt"
+    keys.write_text(f"{KEY}\n")
+    os.chmod(keys, 0o600)
+    g = gateway("--api-keys", str(keys), env=otel_env(receiver))
+    g.wait_phase("alpha", "Ready")
+    label = hashlib.sha256(KEY.encode()).hexdigest()[:8]
+    asked = {KEY: f"(an API key: {label})", "\ud800evil": "\\ud800evil"}
+    for n, (model, kept) in enumerate(asked.items()):
+        trace_id = f"{TRACE_ID[:-1]}{n}"
+        headers = {"x-api-key": KEY, "traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"}
+        answer = g.post(model, headers)
+        assert answer.status == 404, answer
+        (span,) = spans_of(reconcile, receiver, trace_id, "POST /v1/chat/completions")
+        assert span["attrs"].get("gen_ai.request.model") == kept, span
+    path = requestlog.path_in(reconcile.state)
+    logged = reconcile.wait_for(
+        lambda: len(lines := requestlog.read_lines(path)) == 2 and lines, what="2 lines logged"
+    )
+    assert [line["model"] for line in logged] == list(asked.values()), logged
+    g.finish()
+    said = g.text()
+    assert "Traceback" not in said and '"logger": "opentelemetry' not in said, said[-3000:]
+    for one in path.parent.glob("requests.jsonl*"):
+        assert not leaked(one.read_bytes().decode("latin-1"), [KEY]), one
+    assert not leaked(repr(receiver.spans), [KEY]), receiver.spans
+
+
+def test_a_path_the_gateway_does_not_route_is_not_the_span_s_name(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    """The request's span was named ``POST /path`` for any /v1/... path, an engine's own
+    included: each path a client made up (``/v1/x-1``, ``/v1/x-2``...) was a new span
+    name, which collectors index and label their span metrics by (an operation each), so
+    one key holder made as many as requests. A path the gateway routes names its span
+    (``http.route`` too); any other is ``POST``, its path in ``url.path``."""
+    echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    reconcile.write("alpha", command=echo)
+    g = gateway(env=otel_env(receiver))
+    g.wait_phase("alpha", "Ready")
+    named = {"/v1/chat/completions": "POST /v1/chat/completions", "/v1/made-up-7": "POST"}
+    for n, (path, name) in enumerate(named.items()):
+        trace_id = f"{TRACE_ID[:-1]}{n}"
+        headers = {"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"}
+        answer = g.request("POST", path, {"model": "alpha"}, headers)
+        assert answer.status == 200 and answer.json()["path"] == path, answer
+        root = request_span(reconcile, receiver, trace_id)
+        assert root["name"] == name and root["attrs"]["url.path"] == path, root
+        assert root["attrs"].get("http.route") == (path if name != "POST" else None), root
     g.finish()
 
 

@@ -148,6 +148,17 @@ def test_metrics_beyond_loopback_warns_of_the_token_in_clear(reconcile: Any) -> 
             assert daemon.wait(timeout=30) == 0
 
 
+def test_readme_has_prometheus_hold_the_token_in_a_file_not_a_url_param() -> None:
+    """README offered ``params: {token: [T]}`` beside the credentials file: Prometheus
+    then shows the token to whoever reads its targets page or API (``scrapeUrl``,
+    ``__param_token``; checked with a real Prometheus scraping a daemon), and the token
+    opens the web page's buttons too. It names the file, and the param only to warn."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    metrics = readme.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    assert "authorization: {credentials_file: " in metrics, metrics[:2000]
+    assert metrics.count("params:") == metrics.count("Not `params: {token") == 1, metrics
+
+
 def test_metrics_port_is_for_the_daemon(reconcile: Any) -> None:
     result = reconcile("--once", "--metrics-port", "9", check=64)
     assert "--metrics-file" in result.err

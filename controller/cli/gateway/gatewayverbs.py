@@ -35,6 +35,7 @@ from controller.gateway.settings import (
     settings_from_json,
     settings_to_json,
 )
+from controller.redact import redact_url
 from controller.store.side import refused
 
 
@@ -221,12 +222,17 @@ def _say_traces(before: registry.GatewayInfo, after: registry.GatewayInfo | None
     """A gateway started here has this shell's environment, not the daemon's: traces the
     one before it sent and it does not (or sends elsewhere) are said, not left to be found
     missing in the collector (a trial's restart from a plain shell ended them silently)."""
-    if after is None or not before.traces or after.traces == before.traces:
+    if after is None or not before.traces:
         return
-    now = f"sends them to {after.traces}" if after.traces else "sends none"
+    # Redacted here too: an entry an older gateway wrote holds the endpoint as given (the
+    # same endpoint in a newer one's entry, redacted, is no change).
+    was, now = redact_url(before.traces), redact_url(after.traces)
+    if now == was:
+        return
+    went = f"sends them to {now}" if now else "sends none"
     print(
-        f"warning: gateway pid {before.ref.pid} sent traces to {before.traces}; pid "
-        f"{after.ref.pid}, started with this shell's environment, {now}: set "
+        f"warning: gateway pid {before.ref.pid} sent traces to {was}; pid "
+        f"{after.ref.pid}, started with this shell's environment, {went}: set "
         "OTEL_EXPORTER_OTLP_ENDPOINT here as the daemon has it and run "
         "`reconcile gateway restart` again",
         file=sys.stderr,

@@ -49,9 +49,13 @@ class Tracing:
     endpoint = ""  # where its spans go ("": nowhere); a gateway's registry entry says it
 
     def request(
-        self, headers: Mapping[str, str], method: str, path: str
+        self, headers: Mapping[str, str], method: str, path: str, route: str | None
     ) -> AbstractContextManager[None]:
-        """The request's span (``METHOD /path``), continuing the client's ``traceparent``."""
+        """The request's span, continuing the client's ``traceparent``: named ``METHOD
+        route`` for a path the gateway routes (``POST /v1/chat/completions``), ``METHOD``
+        alone for any other (an engine's own): a span's name is the collector's index and
+        its span metrics' label, so it must not be the client's to choose (OpenTelemetry's
+        HTTP conventions); the path is its ``url.path`` either way."""
         return NOTHING
 
     def span(
@@ -82,11 +86,17 @@ class _Otel(Tracing):
         self._propagate = propagate
 
     @contextmanager
-    def request(self, headers: Mapping[str, str], method: str, path: str) -> Iterator[None]:
+    def request(
+        self, headers: Mapping[str, str], method: str, path: str, route: str | None
+    ) -> Iterator[None]:
         parent = self._propagate.extract(headers)  # a client's traceparent is continued
         kind = self._trace.SpanKind.SERVER
         attrs = {"http.request.method": method, "url.path": path}
-        with self._tracer.start_as_current_span(f"{method} {path}", parent, kind, attrs):
+        name = method
+        if route is not None:
+            attrs["http.route"] = route
+            name = f"{method} {route}"
+        with self._tracer.start_as_current_span(name, parent, kind, attrs):
             yield
 
     @contextmanager

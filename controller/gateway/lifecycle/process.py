@@ -47,6 +47,7 @@ from controller.gateway.routing.table import FIRST_PASS_WAIT
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.host.procs import identity
 from controller.logsetup import get_logger
+from controller.redact import redact_url
 from controller.store.documents import write_atomic
 from controller.store.side import refused
 from controller.store.statedir import StateDir
@@ -134,7 +135,7 @@ class GatewayProcess:
             settings=data,
             started_at=self.started,
             control=address,
-            traces=self.gateway.tracing.endpoint,
+            traces=redact_url(self.gateway.tracing.endpoint),  # a collector's password: not kept
         )
         registry.register(self.state_dir, info)
         self.reloads = reloads.Counter(self.state_dir, self.nonce)  # before it is current

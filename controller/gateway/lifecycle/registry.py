@@ -81,8 +81,9 @@ class GatewayInfo:
     settings: dict[str, Any]  # what started it (restart starts the same)
     started_at: float
     control: str = ""  # its control socket's address ("": derived from the nonce, as before)
-    # Where its spans go ("": none): traces follow the environment of whoever started it
-    # (a daemon, or `reconcile gateway restart` in a shell), so a restart compares them.
+    # Where its spans go ("": none), redacted (a collector's password or token is not
+    # kept): traces follow the environment of whoever started it (a daemon, or
+    # `reconcile gateway restart` in a shell), so a restart compares them.
     traces: str = ""
 
     @property

@@ -266,7 +266,8 @@ class Front:
             return over
         deployment = "-"
         status = 500
-        with self.tracing.request(request.headers, request.method, path):
+        route = path if path in ROUTED_METHODS else None
+        with self.tracing.request(request.headers, request.method, path, route):
             try:
                 answer = await self._route(Incoming(request, path, query, meter), key)
                 deployment, response = answer
@@ -360,11 +361,20 @@ class Front:
             why = bodies.no_model(body if isinstance(body, bytes) else b"")
             return "-", error(400, why, "invalid_request")
         if model not in self.table.pools and not await self._known(model):
-            incoming.meter.model = shown(model)
+            incoming.meter.model = self._logged(model)
             return "-", self._unknown(model)
         if not wants_stream(fields):
             return await self.forwarder.serve(incoming, body, fields, (model,))
         return await self._streamed(incoming, body, fields, model)
+
+    def _logged(self, model: str) -> str:
+        """An unknown model's name as the request log and the request's span keep it: cut
+        long, UTF-8 (a lone surrogate, which JSON's ``\\ud800`` gives, failed the span's
+        encoding with a traceback in the log each time), and never one of the gateway's
+        keys (a client that sent its key as the model): that key's label instead."""
+        text = model.encode("utf-8", "backslashreplace").decode()  # a key is ASCII
+        label = self.keys.match(text) if self.keys is not None else None
+        return shown(text) if label is None else f"(an API key: {label})"
 
     async def _known(self, model: str) -> bool:
         """Whether ``model`` is routable, once the first pass said what exists (a name the
