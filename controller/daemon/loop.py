@@ -37,7 +37,13 @@ from controller.daemon.gitfetch import Fetcher
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import WRITE_QUIET, Settling, Timers, debounce_until
 from controller.daemon.webhooks import Sender
-from controller.errors import BackendUnavailable, ConfigError, LockTimeout, ReconcileError
+from controller.errors import (
+    BackendUnavailable,
+    ConfigError,
+    LockTimeout,
+    ReconcileError,
+    StateDirReplaced,
+)
 from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.reconciler import unreachable
@@ -440,6 +446,12 @@ class Daemon:
             self._unreachable(str(exc))
             self.timers.after("resync", self.resync, "resync")
             return
+        except StateDirReplaced as exc:  # said once; each resync looks again
+            if self._said.get("replaced") != str(exc):
+                log.error("pass refused", reason=str(exc))
+            self._said["replaced"] = str(exc)
+            self.timers.after("resync", self.resync, "resync")
+            return
         except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
             why = READ_ONLY_NEXT if exc.errno == errno.EROFS else IO_NEXT
             log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=why)
@@ -451,6 +463,8 @@ class Daemon:
             self.timers.after("resync", self.resync, "resync")
             return
         self._said.pop("lock", None)
+        if self._said.pop("replaced", None) is not None:
+            log.info("passes go through again", after="no engine of another state dir runs")
         if self._said.pop("io", None) is not None:
             log.info("passes go through again", after=",".join(triggers))
         if self._said.pop("unreachable", None) is not None:
@@ -476,6 +490,7 @@ class Daemon:
         -rf``): the daemon lock held is no longer the file at its path. A pass made the
         folder afresh, found no record and stopped every engine as one no record accounts
         for; none runs until the state dir is back (said once, and its return)."""
+        self._follow_the_engines_dir()
         if self.lock is None or self.lock.still_at_path():
             if self._said.pop("state dir", None) is not None:
                 log.info("passes go through again", after="the state dir is back")
@@ -488,10 +503,22 @@ class Daemon:
                 f"the daemon ran ({self.lock.path} is not the file it locked): a pass would "
                 "find no record and stop every engine it runs",
                 next="the engines run on, untouched: put the state dir back (mount its disk "
-                "again) and passes resume; to start afresh on this one, restart the daemon "
-                "(its first pass stops the engines no record accounts for, and starts them anew)",
+                "again) and passes resume; to start afresh on this one, `reconcile down` of "
+                "its manifest set stops them, then restart the daemon",
             )
         return True
+
+    def _follow_the_engines_dir(self) -> None:
+        """A daemon whose passes were refused as its engines' state dir was elsewhere
+        (``replaced.py``: started on an emptied one) did nothing in the one it locked:
+        once another is at the path (the engines' own, mounted again), it takes that one's
+        lock, and its next pass judges the engines by that one's id."""
+        lock = self.lock
+        if lock is None or lock.still_at_path() or "replaced" not in self._said:
+            return
+        if lock.take_again():
+            log.info("the state dir was replaced while passes were refused: its lock taken")
+            _note_set(self.config)  # `restart`, `down` and `status` read it there
 
     def _unreachable(self, why: str) -> None:
         """The cluster's head does not answer: the pass moved nothing; its records say

@@ -1,0 +1,122 @@
+"""A state dir that is not its engines' (its disk not mounted, the folder emptied,
+replaced or missing): no pass stops a healthy engine because of it.
+
+The engines carry their state dir's path and id (``<state>/id``). A cron pass on an empty
+folder at that path found no record and reaped every engine of the path as one no record
+accounts for, then started each anew (with vLLM, minutes of loading each); the old state
+dir, mounted again, then held records of engines that were dead. It refuses now (exit 1),
+naming the engines and the moves, and the state dir put back takes them up again.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tests.integration.test_invariants import engine_with_marker
+
+REFUSED = "is not the one its engines were started with"
+
+
+def _ready(rc: Any) -> int:
+    """``web`` Ready on its own state dir: its engine's pid."""
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    pid: int = rc.record("web")["ref"]["pid"]
+    return pid
+
+
+def _carries_the_id(rc: Any, pid: int) -> None:
+    """The engine carries the id of the state dir now at the path."""
+    assert rc.environ(pid)["RECONCILE_STATE_ID"] == (rc.state / "id").read_text().strip()
+
+
+def _unmounted(rc: Any, *, empty: bool) -> Path:
+    """The state dir moved away (its disk unmounted): ``empty``, its mount point left."""
+    away = rc.tmp / "unmounted"
+    rc.state.rename(away)
+    if empty:
+        rc.state.mkdir()
+    return away
+
+
+def _mounted_again(rc: Any, away: Path) -> None:
+    shutil.rmtree(rc.state)
+    away.rename(rc.state)
+
+
+def _refused(rc: Any, result: Any, pid: int) -> None:
+    assert f"state dir {rc.state} {REFUSED}" in result.err, str(result)
+    said = f"1 engine(s) marked with its path run with another state dir's id (web pid {pid})"
+    assert said in result.err, str(result)
+    assert "Mount its disk (or put the folder back) and run again" in result.err, str(result)
+    assert "`reconcile down` of their manifest set on this state dir" in result.err, str(result)
+    assert "Traceback" not in result.err
+    assert rc.pids("web") == {pid}, "the engine runs on, alone"
+    assert not (rc.state / "instances" / "web.json").exists(), "no record written for it"
+
+
+def test_an_emptied_state_dir_stops_no_engine_and_the_dir_put_back_keeps_it(
+    reconcile: Any,
+) -> None:
+    rc = reconcile
+    pid = _ready(rc)
+    away = _unmounted(rc, empty=True)
+    _refused(rc, rc("--once", "--wait", "--timeout", "20s", check=1), pid)
+    _refused(rc, rc.once(check=1), pid)  # again: the first refusal changed nothing
+    _mounted_again(rc, away)
+    rc.converge()
+    assert rc.pids("web") == {pid} and rc.record("web")["ref"]["pid"] == pid
+    assert rc.record("web")["phase"] == "Ready"
+    assert "reap" not in [e["action"] for e in rc.events("web")]
+    _carries_the_id(rc, pid)
+    rc.down()
+
+
+def test_a_state_dir_that_does_not_exist_stops_no_engine(reconcile: Any) -> None:
+    """A cron `--once` made the missing folder, found no record and reaped the engines."""
+    rc = reconcile
+    pid = _ready(rc)
+    away = _unmounted(rc, empty=False)
+    _refused(rc, rc.once(check=1), pid)
+    status = rc("status", check=0)
+    assert f"(web pid {pid})" in status.err and REFUSED in status.err, str(status)
+    _mounted_again(rc, away)
+    rc.once()
+    assert rc.pids("web") == {pid} and rc.record("web")["ref"]["pid"] == pid
+    rc.down()
+
+
+def test_down_on_a_replaced_state_dir_stops_its_engines_to_start_afresh(reconcile: Any) -> None:
+    """The old state dir is lost for good: `reconcile down` of the set is the explicit
+    way to stop its engines; the next pass starts them anew on this one."""
+    rc = reconcile
+    pid = _ready(rc)
+    _unmounted(rc, empty=True)
+    down = rc.down()
+    assert "stopped web" in down.out, str(down)
+    rc.wait_gone(pid)
+    rc.converge()
+    fresh = rc.record("web")["ref"]["pid"]
+    assert fresh != pid and rc.pids("web") == {fresh}
+    _carries_the_id(rc, fresh)
+    (reap,) = [e for e in rc.events("web") if e["action"] == "reap"]
+    assert "of another state dir at this path" in reap["reason"], reap
+    rc.down()
+
+
+def test_an_older_reconciles_engine_without_the_id_is_judged_as_before(reconcile: Any) -> None:
+    """An engine that carries no id (an older reconcile started it) on a state dir with
+    one: no record accounts for it, so it is reaped, as before (invariant 3)."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    _carries_the_id(rc, rc.record("web")["ref"]["pid"])
+    stray = engine_with_marker(rc, "old", "n0older", rc.port + 5)
+    assert "RECONCILE_STATE_ID" not in rc.environ(stray.pid)
+    rc.once()
+    rc.wait_gone(stray.pid)
+    (reap,) = [e for e in rc.events("old") if e["action"] == "reap"]
+    assert f"killed {stray.pid}" in reap["outcome"], reap
+    rc.down()
