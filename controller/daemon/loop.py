@@ -447,8 +447,8 @@ class Daemon:
             self.timers.after("resync", self.resync, "resync")
             return
         except StateDirReplaced as exc:  # said once; each resync looks again
-            if self._said.get("replaced") != str(exc):
-                log.error("pass refused", reason=str(exc))
+            emit = log.debug if self._said.get("replaced") == str(exc) else log.error
+            emit("pass refused", reason=str(exc), trigger=",".join(triggers))
             self._said["replaced"] = str(exc)
             self.timers.after("resync", self.resync, "resync")
             return

@@ -8,7 +8,9 @@ whole state dir gone (its disk unmounted) is no record deleted: nothing is reape
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shutil
 import signal
 import urllib.request
 from typing import Any
@@ -77,6 +79,39 @@ def test_a_state_dir_gone_under_the_daemon_stops_no_engine_until_it_is_back(
     d.wait_pass(trigger="SIGUSR1")
     assert rc.pids("web") == {pid} and ready_pid(rc, "web") == pid, "web untouched"
     assert "reap" not in [e["action"] for e in rc.events("web")]
+    finish(d)
+
+
+def test_a_daemon_started_on_an_emptied_state_dir_stops_no_engine_and_resumes_once_it_is_back(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """A daemon restarted while the state dir's disk was not mounted (its mount point's
+    empty folder at the path) found no record and stopped every engine of the path as one
+    no record accounts for. Its passes are refused now (said once, at each resync again
+    in -v's debug lines), and once the state dir is back it takes that one's lock and its
+    pass keeps the engine."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    pid = ready_pid(rc, "web")
+    away = rc.tmp / "unmounted"
+    rc.state.rename(away)
+    rc.state.mkdir()
+    d = daemon(resync="0.3s")
+    d.wait(lambda: len(d.lines("pass refused")) >= 3, "three passes refused")
+    refused, *again = d.lines("pass refused")
+    assert refused["level"] == "error" and {a["level"] for a in again} == {"debug"}, again
+    assert f"state dir {rc.state} is not the one its engines" in refused["reason"], refused
+    assert f"(web pid {pid})" in refused["reason"], refused
+    assert rc.pids("web") == {pid} and rc.record("web") is None, "nothing done"
+    shutil.rmtree(rc.state)  # the disk mounted again at the path
+    away.rename(rc.state)
+    d.wait(lambda: d.lines("passes go through again"), "passes resumed")
+    d.wait(lambda: d.passes(), "a pass")
+    assert ready_pid(rc, "web") == pid and rc.pids("web") == {pid}, "web kept"
+    assert "reap" not in [e["action"] for e in rc.events("web")]
+    assert len(d.lines("the state dir was replaced while passes were refused: its lock taken")) == 1
+    assert json.loads((rc.state / "daemon.json").read_text())["pid"] == d.pid, "noted there"
     finish(d)
 
 
