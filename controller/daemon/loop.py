@@ -130,6 +130,7 @@ class Daemon:
         self.lock = lock  # the daemon lock held: while it is the state dir's, passes run
         self.reload_config = reload or (lambda: self.config)
         self.front = front
+        self._front_open = False  # started (or adopted) the gateway: ``_open_front``
         # The one record store of the state dir: the reconciler and the backend share it.
         self.store = store if store is not None else RecordStore(config.state_dir)
         self.reconciler = build_reconciler(config, open_backend(config, self.store), self.store)
@@ -186,8 +187,7 @@ class Daemon:
         # Read now, the configuration a daemon before this one refused at a SIGHUP is moot.
         refused.clear(self.config.state_dir, refused.NODE_CONFIG)
         self.webhooks.start()  # what a daemon before this one left queued goes out now
-        if self.front is not None:
-            self.front.start(self.request_pass)
+        self._open_front()
         self.triggers.add("start")
         if self.notifier.ping_interval:
             self.timers.after("watchdog", 0)
@@ -433,6 +433,7 @@ class Daemon:
         if self._state_dir_gone():
             self.timers.after("resync", self.resync, "resync")
             return
+        self._open_front()
         started = time.monotonic()
         began = (datetime.now(UTC), bootclock.read())  # before the plan reads its clocks
         try:
@@ -507,6 +508,21 @@ class Daemon:
                 "its manifest set stops them, then restart the daemon",
             )
         return True
+
+    def _open_front(self) -> None:
+        """Start (or adopt) the gateway, but not while engines of another state dir run at
+        this path (``replaced.py``): a gateway started on that folder asked theirs, which
+        no file of it names, to stop, and answered each request `model_not_found` while
+        the engines ran on. Theirs serves on meanwhile; once they are this dir's (it is
+        back), it is adopted or handed over as at any start."""
+        if self.front is None or self._front_open:
+            return
+        if self.reconciler.backend.strangers():
+            self._say("front", "gateway not started", why="passes are refused (pass refused)")
+            return
+        self.front.start(self.request_pass)
+        self._front_open = True
+        self._said.pop("front", None)
 
     def _follow_the_engines_dir(self) -> None:
         """A daemon whose passes were refused as its engines' state dir was elsewhere

@@ -554,13 +554,14 @@ class Reconciler(Preview):
         that plan starts new deployments and nothing else, and ``at_once()`` (asked once
         the manifests are read) says no other folder change came meanwhile. Else it does
         nothing (``deferred``): the change may be one file of several still landing."""
+        # Before anything is written there: a folder not its engines' is left as it is.
+        replaced.refuse_beside_strangers(self.backend, self.config.state_dir, self.config.owner)
         self.store.ensure()
         stateid.ensure(self.config.state_dir)  # before the first spawn: its engines carry it
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
         with self._fetch_first() as git_held, self.pass_lock.hold(timeout), self._rotating():
             started = time.monotonic()
             failpoints.hit("reconciler.pass.locked")
-            replaced.refuse_beside_strangers(self.backend, self.config.state_dir, self.config.owner)
             synced = self._sync_git(git_held)
             # Read the manifests once the lock is ours: a pass that waited for another
             # must not act on what the folder held before it waited.

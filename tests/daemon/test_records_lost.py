@@ -7,13 +7,16 @@ whole state dir gone (its disk unmounted) is no record deleted: nothing is reape
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import urllib.request
+from pathlib import Path
 from typing import Any
+
+from procs import GATEWAY_MARKER, marked_pids
 
 from controller.host.procs import identity
 from tests.daemon.test_daemon_loop import proc_state, ready_pid
@@ -82,6 +85,17 @@ def test_a_state_dir_gone_under_the_daemon_stops_no_engine_until_it_is_back(
     finish(d)
 
 
+def _mount_again(away: Path, state: Path) -> None:
+    """``away`` back at ``state`` in one step, as a disk mounted again over its mount
+    point (renameat2's RENAME_EXCHANGE): a process writing by path into the folder there
+    (a gateway's metrics, every half second) never finds none, nor refills it meanwhile."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, bytes(away), at_fdcwd, bytes(state), rename_exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(away))
+
+
 def test_a_daemon_started_on_an_emptied_state_dir_stops_no_engine_and_resumes_once_it_is_back(
     reconcile: Any, daemon: Any, finish: Any
 ) -> None:
@@ -104,14 +118,54 @@ def test_a_daemon_started_on_an_emptied_state_dir_stops_no_engine_and_resumes_on
     assert f"state dir {rc.state} is not the one its engines" in refused["reason"], refused
     assert f"(web pid {pid})" in refused["reason"], refused
     assert rc.pids("web") == {pid} and rc.record("web") is None, "nothing done"
-    shutil.rmtree(rc.state)  # the disk mounted again at the path
-    away.rename(rc.state)
+    _mount_again(away, rc.state)
     d.wait(lambda: d.lines("passes go through again"), "passes resumed")
     d.wait(lambda: d.passes(), "a pass")
     assert ready_pid(rc, "web") == pid and rc.pids("web") == {pid}, "web kept"
     assert "reap" not in [e["action"] for e in rc.events("web")]
     assert len(d.lines("the state dir was replaced while passes were refused: its lock taken")) == 1
     assert json.loads((rc.state / "daemon.json").read_text())["pid"] == d.pid, "noted there"
+    finish(d)
+
+
+def _answers(port: int, model: str) -> str:
+    """The engine that answered a chat request through the gateway on ``port``."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    request = urllib.request.Request(url, body.encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        answered: str = json.loads(r.read())["system_fingerprint"]
+    return answered
+
+
+def test_a_daemon_with_a_gateway_started_on_an_emptied_state_dir_leaves_the_gateway_serving(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """Its gateway, started on the emptied folder, asked the engines' gateway (which no
+    file of that folder names) to stop, and answered each request `model_not_found`
+    while the engines ran on. It starts no gateway while passes are refused: the engines'
+    serves on, and is adopted once their state dir is back."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    listen = ["--listen", str(rc.port + 15)]
+    first = daemon(*listen, resync="0.3s")
+    pid = first.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    (gateway,) = first.wait(lambda: marked_pids(f"{rc.node}/", GATEWAY_MARKER), "the gateway")
+    assert first.stop() == 0  # the gateway serves on, as a daemon's restart leaves it
+    away = rc.tmp / "unmounted"
+    rc.state.rename(away)
+    rc.state.mkdir()
+    d = daemon(*listen, resync="0.3s")
+    d.wait(lambda: d.lines("pass refused"), "the pass refused")
+    (held,) = d.lines("gateway not started")
+    assert held["level"] == "warning", held
+    assert _answers(rc.port + 15, "web") == f"pid-{pid}", "the engines' gateway serves on"
+    assert marked_pids(f"{rc.node}/", GATEWAY_MARKER) == {gateway}
+    _mount_again(away, rc.state)
+    d.wait(lambda: d.lines("passes go through again"), "passes resumed")
+    (adopted,) = d.wait(lambda: d.lines("gateway adopted"), "the gateway adopted")
+    assert adopted["pid"] == gateway, adopted
+    assert _answers(rc.port + 15, "web") == f"pid-{pid}" and ready_pid(rc, "web") == pid
     finish(d)
 
 

@@ -80,6 +80,7 @@ def test_a_state_dir_that_does_not_exist_stops_no_engine(reconcile: Any) -> None
     pid = _ready(rc)
     away = _unmounted(rc, empty=False)
     _refused(rc, rc.once(check=1), pid)
+    assert not rc.state.exists(), "the refused pass made nothing"
     status = rc("status", check=0)
     assert f"(web pid {pid})" in status.err and REFUSED in status.err, str(status)
     plan = rc("plan", check=1)  # as the pass would: never "in sync" nor only a create
