@@ -85,7 +85,8 @@ def test_a_state_dir_that_does_not_exist_stops_no_engine(reconcile: Any) -> None
     assert f"(web pid {pid})" in status.err and REFUSED in status.err, str(status)
     plan = rc("plan", check=1)  # as the pass would: never "in sync" nor only a create
     assert f"(web pid {pid})" in plan.out and REFUSED in plan.out, str(plan)
-    _mounted_again(rc, away)
+    assert not rc.state.exists(), "nor did status or plan"
+    away.rename(rc.state)
     rc.once()
     assert rc.pids("web") == {pid} and rc.record("web")["ref"]["pid"] == pid
     rc.down()
