@@ -64,6 +64,8 @@ log = get_logger("reconcile")
 DEBOUNCE = 0.1  # seconds of quiet after a folder event before the pass
 SETTLE = 0.01  # ... after a file was closed or renamed into place: that change is whole
 DEBOUNCE_MAX = 1.0  # a steady stream of events still gets a pass this often
+# What a daemon whose passes are refused (replaced.py) says of its gateway, held meanwhile.
+FRONT_HELD = "theirs, if one serves, serves on; this one starts once a pass goes through"
 LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds the lock
 LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
@@ -518,7 +520,8 @@ class Daemon:
         if self.front is None or self._front_open:
             return
         if self.reconciler.backend.strangers():
-            self._say("front", "gateway not started", why="passes are refused (pass refused)")
+            why = "engines of another state dir run at this path (see `pass refused`)"
+            self._say("front", "gateway not started", why=why, next=FRONT_HELD)
             return
         self.front.start(self.request_pass)
         self._front_open = True

@@ -143,8 +143,10 @@ def test_a_daemon_with_a_gateway_started_on_an_emptied_state_dir_leaves_the_gate
 ) -> None:
     """Its gateway, started on the emptied folder, asked the engines' gateway (which no
     file of that folder names) to stop, and answered each request `model_not_found`
-    while the engines ran on. It starts no gateway while passes are refused: the engines'
-    serves on, and is adopted once their state dir is back."""
+    while the engines ran on; the engines' gateway, left alone, read the emptied folder's
+    records (none) and answered the same. It starts no gateway while passes are refused,
+    and a gateway keeps its last reading while the folder at the path is another state
+    dir's with no record: the engines' serves on, and is adopted once their dir is back."""
     rc = reconcile
     rc.write("web", devices={"count": 1})
     listen = ["--listen", str(rc.port + 15)]
