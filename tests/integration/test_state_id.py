@@ -14,6 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from controller.gateway.records_watch import RecordsWatch
+from controller.store.config import stateid
 from tests.integration.test_invariants import engine_with_marker
 
 REFUSED = "is not the one its engines were started with"
@@ -124,3 +126,26 @@ def test_an_older_reconciles_engine_without_the_id_is_judged_as_before(reconcile
     (reap,) = [e for e in rc.events("old") if e["action"] == "reap"]
     assert f"killed {stray.pid}" in reap["outcome"], reap
     rc.down()
+
+
+def test_a_gateways_reading_of_the_records_outlives_a_folder_of_another_state_dir(
+    reconcile: Any,
+) -> None:
+    """A gateway reads the records by the path: the emptied folder's none made it answer
+    404 for every model while the engines ran on. A folder of another id (or none) with
+    no record is read as gone, and the last reading stays; once one holds records (a
+    state dir started afresh on purpose, or the engines' own back), it is read."""
+    rc = reconcile
+    _ready(rc)
+    watch = RecordsWatch(rc.state, owner=rc.record("web")["owner"], node=rc.node)
+    stamp = watch.stamp()
+    assert stamp is not None and [r.name for r in watch.read(stamp)] == ["web"]
+    away = _unmounted(rc, empty=True)
+    (rc.state / "instances").mkdir()  # as a daemon started there makes it
+    assert watch.stamp() is None, "a folder of no id, no record: not the state dir"
+    stateid.ensure(rc.state)
+    assert watch.stamp() is None, "nor one of another id"
+    _mounted_again(rc, away)
+    assert watch.stamp() == stamp and watch.record("web") is not None
+    rc.down()
+    assert watch.stamp() is not None, "its own folder emptied by `down` is read as such"
