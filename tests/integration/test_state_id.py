@@ -16,7 +16,7 @@ from typing import Any
 
 from controller.gateway.records_watch import RecordsWatch
 from controller.store.config import stateid
-from tests.integration.test_invariants import engine_with_marker
+from tests.integration.test_invariants import engine_with_marker, reservation
 
 REFUSED = "is not the one its engines were started with"
 
@@ -125,6 +125,24 @@ def test_an_older_reconciles_engine_without_the_id_is_judged_as_before(reconcile
     rc.wait_gone(stray.pid)
     (reap,) = [e for e in rc.events("old") if e["action"] == "reap"]
     assert f"killed {stray.pid}" in reap["outcome"], reap
+    rc.down()
+
+
+def test_an_existing_state_dir_gets_its_id_and_keeps_an_older_reconciles_engine(
+    reconcile: Any,
+) -> None:
+    """An upgrade in place: a state dir an older reconcile made (no id) with its engine
+    (no id marker) under a reservation: the first pass makes the id and adopts the
+    engine, which runs on without one (judged as before)."""
+    rc = reconcile
+    rc.write("web", basePort=rc.port)
+    store = rc.store()
+    older = engine_with_marker(rc, "web", "n-older", rc.port)
+    store.write(reservation(rc, "web", nonce="n-older", port=rc.port))
+    assert not (rc.state / "id").exists()
+    rc.converge()
+    assert rc.record("web")["ref"]["pid"] == older.pid and rc.pids("web") == {older.pid}
+    assert (rc.state / "id").is_file() and "RECONCILE_STATE_ID" not in rc.environ(older.pid)
     rc.down()
 
 
