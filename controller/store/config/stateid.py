@@ -20,9 +20,11 @@ from pathlib import Path
 from controller.store.config.privatefile import PrivateFile
 from controller.store.statedir import StateDir
 
+# What removing it costs, as the private files' errors say it (privatefile.py).
 REMEDY = (
-    "write back the id its engines carry (RECONCILE_STATE_ID in /proc/PID/environ of one "
-    "of them); a new one makes them another state dir's, which passes refuse to act beside"
+    "a pass makes a new one, and the engines running then are another state dir's to it: "
+    "rather write back, mode 0600, the id they carry (RECONCILE_STATE_ID in "
+    "/proc/PID/environ)"
 )
 
 
