@@ -92,3 +92,9 @@ class RecipeError(ReconcileError, ValueError):
 
 class InsecureManifest(ReconcileError, OSError):
     """A manifest file or folder root must not trust; the message says why and what to do."""
+
+
+class StateDirReplaced(ReconcileError):
+    """Engines marked with the state dir's path run with another state dir's id (its disk
+    not mounted, the folder emptied or replaced): the pass refused to act and changed
+    nothing; the message names the engines and the next moves."""

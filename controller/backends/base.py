@@ -195,6 +195,12 @@ class Backend(Protocol):
         """Every live process carrying one of our markers (adoption, orphans)."""
         ...
 
+    def strangers(self) -> list[MarkedProcess]:
+        """Live engines marked with this state dir's path and another state dir's id: a
+        disk not mounted, a folder replaced. Not ours to adopt or reap; a pass refuses to
+        act while one runs (``reconciler/replaced.py``)."""
+        ...
+
     def teardown(self, rec: Record) -> None:
         """Stop the record's instance entirely (invariant 10) and wait for its devices.
         NotProvenOurs: a live engine this backend may not prove ours, not signalled."""

@@ -711,12 +711,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ContainerError,
         LockTimeout,
         RecordError,
+        StateDirReplaced,
     )
 
     logs.configure(-1 if args.quiet else args.verbose, colour=not args.no_color)
     try:
         return dispatch(args)
-    except (ConfigError, LockTimeout, RecordError, BackendUnavailable) as exc:
+    except (ConfigError, LockTimeout, RecordError, BackendUnavailable, StateDirReplaced) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except BrokenPipeError:  # `status -w | head -1`: the reader has what it wanted

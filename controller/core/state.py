@@ -369,6 +369,8 @@ class MarkedProcess:
     # is not dumpable). The variables the note kept; a note proves no process ours to
     # signal (only the marker does), so such an engine is adopted, never reaped.
     noted: bytes | None = None
+    # The id of the state dir that started it (None: a version that did not say).
+    state_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,13 @@ from controller.daemon.gitfetch import Fetcher
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import WRITE_QUIET, Settling, Timers, debounce_until
 from controller.daemon.webhooks import Sender
-from controller.errors import BackendUnavailable, ConfigError, LockTimeout, ReconcileError
+from controller.errors import (
+    BackendUnavailable,
+    ConfigError,
+    LockTimeout,
+    ReconcileError,
+    StateDirReplaced,
+)
 from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.reconciler import unreachable
@@ -58,6 +64,8 @@ log = get_logger("reconcile")
 DEBOUNCE = 0.1  # seconds of quiet after a folder event before the pass
 SETTLE = 0.01  # ... after a file was closed or renamed into place: that change is whole
 DEBOUNCE_MAX = 1.0  # a steady stream of events still gets a pass this often
+# What a daemon whose passes are refused (replaced.py) says of its gateway, held meanwhile.
+FRONT_HELD = "theirs, if one serves, serves on; this one starts once a pass goes through"
 LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds the lock
 LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
@@ -124,6 +132,7 @@ class Daemon:
         self.lock = lock  # the daemon lock held: while it is the state dir's, passes run
         self.reload_config = reload or (lambda: self.config)
         self.front = front
+        self._front_open = False  # started (or adopted) the gateway: ``_open_front``
         # The one record store of the state dir: the reconciler and the backend share it.
         self.store = store if store is not None else RecordStore(config.state_dir)
         self.reconciler = build_reconciler(config, open_backend(config, self.store), self.store)
@@ -180,8 +189,7 @@ class Daemon:
         # Read now, the configuration a daemon before this one refused at a SIGHUP is moot.
         refused.clear(self.config.state_dir, refused.NODE_CONFIG)
         self.webhooks.start()  # what a daemon before this one left queued goes out now
-        if self.front is not None:
-            self.front.start(self.request_pass)
+        self._open_front()
         self.triggers.add("start")
         if self.notifier.ping_interval:
             self.timers.after("watchdog", 0)
@@ -427,6 +435,7 @@ class Daemon:
         if self._state_dir_gone():
             self.timers.after("resync", self.resync, "resync")
             return
+        self._open_front()
         started = time.monotonic()
         began = (datetime.now(UTC), bootclock.read())  # before the plan reads its clocks
         try:
@@ -440,6 +449,12 @@ class Daemon:
             self._unreachable(str(exc))
             self.timers.after("resync", self.resync, "resync")
             return
+        except StateDirReplaced as exc:  # said once; each resync looks again
+            emit = log.debug if self._said.get("replaced") == str(exc) else log.error
+            emit("pass refused", reason=str(exc), trigger=",".join(triggers))
+            self._said["replaced"] = str(exc)
+            self.timers.after("resync", self.resync, "resync")
+            return
         except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
             why = READ_ONLY_NEXT if exc.errno == errno.EROFS else IO_NEXT
             log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=why)
@@ -451,6 +466,8 @@ class Daemon:
             self.timers.after("resync", self.resync, "resync")
             return
         self._said.pop("lock", None)
+        if self._said.pop("replaced", None) is not None:
+            log.info("passes go through again", after="no engine of another state dir runs")
         if self._said.pop("io", None) is not None:
             log.info("passes go through again", after=",".join(triggers))
         if self._said.pop("unreachable", None) is not None:
@@ -476,6 +493,7 @@ class Daemon:
         -rf``): the daemon lock held is no longer the file at its path. A pass made the
         folder afresh, found no record and stopped every engine as one no record accounts
         for; none runs until the state dir is back (said once, and its return)."""
+        self._follow_the_engines_dir()
         if self.lock is None or self.lock.still_at_path():
             if self._said.pop("state dir", None) is not None:
                 log.info("passes go through again", after="the state dir is back")
@@ -488,10 +506,38 @@ class Daemon:
                 f"the daemon ran ({self.lock.path} is not the file it locked): a pass would "
                 "find no record and stop every engine it runs",
                 next="the engines run on, untouched: put the state dir back (mount its disk "
-                "again) and passes resume; to start afresh on this one, restart the daemon "
-                "(its first pass stops the engines no record accounts for, and starts them anew)",
+                "again) and passes resume; to start afresh on this one, `reconcile down` of "
+                "its manifest set stops them, then restart the daemon",
             )
         return True
+
+    def _open_front(self) -> None:
+        """Start (or adopt) the gateway, but not while engines of another state dir run at
+        this path (``replaced.py``): a gateway started on that folder asked theirs, which
+        no file of it names, to stop, and answered each request `model_not_found` while
+        the engines ran on. Theirs serves on meanwhile; once they are this dir's (it is
+        back), it is adopted or handed over as at any start."""
+        if self.front is None or self._front_open:
+            return
+        if self.reconciler.backend.strangers():
+            why = "engines of another state dir run at this path (see `pass refused`)"
+            self._say("front", "gateway not started", why=why, next=FRONT_HELD)
+            return
+        self.front.start(self.request_pass)
+        self._front_open = True
+        self._said.pop("front", None)
+
+    def _follow_the_engines_dir(self) -> None:
+        """A daemon whose passes were refused as its engines' state dir was elsewhere
+        (``replaced.py``: started on an emptied one) did nothing in the one it locked:
+        once another is at the path (the engines' own, mounted again), it takes that one's
+        lock, and its next pass judges the engines by that one's id."""
+        lock = self.lock
+        if lock is None or lock.still_at_path() or "replaced" not in self._said:
+            return
+        if lock.take_again():
+            log.info("the state dir was replaced while passes were refused: its lock taken")
+            _note_set(self.config)  # `restart`, `down` and `status` read it there
 
     def _unreachable(self, why: str) -> None:
         """The cluster's head does not answer: the pass moved nothing; its records say

@@ -18,6 +18,12 @@ the daemon's call). Records are those of the daemon's owner and node, as a pass'
 
 The node's drain (``drain.json``) is read with them, its version part of the stamp: a
 request for a deployment the drain keeps from starting is answered at once.
+
+A folder at the path that is another state dir than the one the records were read in (its
+id, ``store/config/stateid.py``, not that one's) and holds no record is a disk not
+mounted, or the folder emptied or replaced: its engines run on (passes refuse to act
+beside them), so the last reading stays, as for a folder gone, and routes on to them
+until their state dir is back or a pass writes records there.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 from controller.core.manifest.names import base_name
 from controller.core.state import Drain, Record
 from controller.errors import ConfigError
+from controller.store.config import stateid
 from controller.store.config.node import read_drain
 from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.statedir import StateDir
@@ -52,9 +59,20 @@ class RecordsWatch:
         self.seen: Stamp | None = None
         self._good: dict[str, Record] = {}  # name -> its last good reading
         self.problems: list[RecordProblem] = []  # the last read's unreadable records
+        self.read_in: str | None = None  # the id of the state dir the last read was of
 
     def stamp(self) -> Stamp | None:
-        """What the folder holds now (name, inode, mtime, size); None when it is gone."""
+        """What the folder holds now (name, inode, mtime, size); None when it is gone, or
+        another state dir's with no record (the module's docstring)."""
+        found = self._stamp()
+        return None if found is not None and self._elsewhere(found) else found
+
+    def _elsewhere(self, found: Stamp) -> bool:
+        if self.read_in is None or any(entry[0] != DRAIN for entry in found):
+            return False
+        return _state_id(self.state_dir) != self.read_in
+
+    def _stamp(self) -> Stamp | None:
         try:
             with os.scandir(self.instances) as entries:
                 return frozenset(
@@ -89,6 +107,7 @@ class RecordsWatch:
         self.problems = list(snap.problems)
         self.drain = _read_drain(self.state_dir)
         self.seen = stamp
+        self.read_in = _state_id(self.state_dir)
         return [r for r in fresh.values() if r.owner == self.owner and not r.elsewhere(self.node)]
 
     def newer(self) -> frozenset[str]:
@@ -130,5 +149,13 @@ def _read_drain(state_dir: Path) -> Drain | None:
     request then waits its readiness deadline, as it did before the gateway read it)."""
     try:
         return read_drain(state_dir)
+    except (ConfigError, OSError):
+        return None
+
+
+def _state_id(state_dir: Path) -> str | None:
+    """The id of the state dir at the path (None: none, or none this user may trust)."""
+    try:
+        return stateid.peek(state_dir)
     except (ConfigError, OSError):
         return None

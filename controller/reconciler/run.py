@@ -68,7 +68,7 @@ from controller.host import bootclock, gpuhealth
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity, live_identity
 from controller.logsetup import get_logger
-from controller.reconciler import pulling, strays, unreachable
+from controller.reconciler import pulling, replaced, strays, unreachable
 from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
 from controller.reconciler.gpuwatch import DeviceWatch
@@ -80,7 +80,7 @@ from controller.reconciler.probekeys import keys_of
 from controller.reconciler.pulling import puller_of
 from controller.reconciler.volumes import refuse_missing_volumes
 from controller.store import diskspace
-from controller.store.config import secretkey
+from controller.store.config import secretkey, stateid
 from controller.store.config.node import Config, read_drain
 from controller.store.instances import logfiles
 from controller.store.instances.events import REMOVED, REMOVED_OUTCOME, Journal
@@ -554,7 +554,10 @@ class Reconciler(Preview):
         that plan starts new deployments and nothing else, and ``at_once()`` (asked once
         the manifests are read) says no other folder change came meanwhile. Else it does
         nothing (``deferred``): the change may be one file of several still landing."""
+        # Before anything is written there: a folder not its engines' is left as it is.
+        replaced.refuse_beside_strangers(self.backend, self.config.state_dir, self.config.owner)
         self.store.ensure()
+        stateid.ensure(self.config.state_dir)  # before the first spawn: its engines carry it
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
         with self._fetch_first() as git_held, self.pass_lock.hold(timeout), self._rotating():
             started = time.monotonic()
@@ -960,6 +963,8 @@ class Reconciler(Preview):
         What went, and what did not (``stop_where``)."""
         owner = self.config.owner
         reaped = self._adopt_torn(strays)
+        if strays:  # the explicit way to start afresh on a state dir replaced (replaced.py)
+            reaped += self._reap_strangers()
         stopped, kept = self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
         return reaped + stopped, kept
 
@@ -971,6 +976,12 @@ class Reconciler(Preview):
             return self.adopter.adopt_torn(
                 lambda: self.observe(probe=False)[0], self._desired_now, strays=reap
             )
+
+    def _reap_strangers(self) -> list[str]:
+        """This set's engines of another state dir at this path, which its passes refuse
+        to act beside, reaped as its strays are: the names of those."""
+        with self.pass_lock.hold(self.config.lock_timeout):
+            return self.adopter.reap_own(self.backend.strangers(), why=replaced.REAPED)
 
     def _desired_now(self) -> Desired:
         loaded = load(self.config.manifests, insecure=self.config.insecure_manifests,

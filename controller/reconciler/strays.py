@@ -407,15 +407,18 @@ class Adopter:
             observed = look()  # the adopted have records now
         return self.reap_own(observed.orphans) if strays else []
 
-    def reap_own(self, orphans: Sequence[MarkedProcess]) -> list[str]:
+    def reap_own(
+        self, orphans: Sequence[MarkedProcess], *, why: str = "have no record"
+    ) -> list[str]:
         """Reap the engines whose marker names this set and no record accounts for (a torn
         record's, its manifest gone); another set's, and an older version's (no set
-        named), are left to their own passes, as is one found by its spawn note alone."""
+        named), are left to their own passes, as is one found by its spawn note alone.
+        ``why``: what the reap's reason says of them."""
         mine = by_instance(m for m in orphans if m.owner == self.maker.owner)
         # No spawn note makes a process ours: an engine found by one is not reaped.
         ours = {n: procs for n, procs in mine.items() if all(p.noted is None for p in procs)}
         for nonce, procs in sorted(ours.items()):
             pids = ", ".join(str(p.ref.pid) for p in procs)
-            why = f"reconcile down: engine processes ({pids}) of instance {nonce} have no record"
-            self.executor.apply(Reap(name=procs[0].name, reason=why, processes=tuple(procs)))
+            said = f"reconcile down: engine processes ({pids}) of instance {nonce} {why}"
+            self.executor.apply(Reap(name=procs[0].name, reason=said, processes=tuple(procs)))
         return sorted({procs[0].name for procs in ours.values()})

@@ -131,6 +131,19 @@ class FileLock:
             return False
         return True
 
+    def take_again(self) -> bool:
+        """Hold the file now at ``path`` (its folder replaced since) in place of the one
+        held, if it is free; False, the old one still held, if it is not or cannot be."""
+        fresh = FileLock(self.path, what=self.what)
+        try:
+            if not fresh.try_acquire():
+                return False
+        except OSError:  # no folder there (yet), or not ours to write
+            return False
+        self.release()
+        self._fd, fresh._fd = fresh._fd, None
+        return True
+
 
 def pid_alive(pid: int) -> bool:
     """A process of that pid exists (another user's too)."""

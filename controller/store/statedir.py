@@ -15,6 +15,7 @@ heartbeat/observed-at.json                                 each set's last pass'
 refused.json                                                           a reload's refusals
 daemon.json                                                             the daemon's set
 secrets-key  ui-open.html  quarantine/documents/
+id                                                                      its identity
 pass.lock  placement.lock  daemon.lock                                 the locks
 gateway/  (gw-<nonce>.json, reloads-<nonce>, current.json, retire/, passed, metrics.prom,
            gateway.log, daemon.sock, daemon.addr, requests.jsonl, stopped, start.lock)
@@ -133,6 +134,11 @@ class StateDir:
     @property
     def node_config(self) -> Path:
         return self.root / "node.yaml"
+
+    @property
+    def state_id(self) -> Path:
+        """This state dir's random id, which its engines carry (``config/stateid.py``)."""
+        return self.root / "id"
 
     @property
     def access_token(self) -> Path:

@@ -23,13 +23,20 @@ import yaml
 from procs import alive, environ, kill_marked, marked_pids, wait_for, wait_gone
 
 from controller.backends.choose import inventory_for, open_backend
-from controller.backends.local.runtime import MARKER, OWNER_MARKER, STATE_MARKER, LocalBackend
+from controller.backends.local.runtime import (
+    MARKER,
+    OWNER_MARKER,
+    STATE_ID_MARKER,
+    STATE_MARKER,
+    LocalBackend,
+)
 from controller.core.state import ProcessRef
 from controller.errors import SpawnError
 from controller.host import ports, sockdiag
 from controller.host.ports import listening_ports, port_bindable
 from controller.host.procs import identity
 from controller.reconciler.run import Reconciler
+from controller.store.config import stateid
 from controller.store.config.node import Config
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -118,6 +125,32 @@ def test_spawn_in_a_new_session_with_markers(rt: LocalBackend, tmp_path: Path) -
     assert env[STATE_MARKER] == str(tmp_path.resolve())
     (found,) = rt.scan()
     assert (found.ref, found.name, found.nonce) == (ref, "web", "n1")
+
+
+def test_an_engine_of_another_state_dir_at_this_path_is_a_stranger(
+    rt: LocalBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine carries its state dir's id (never one reconcile itself inherited: one
+    run from inside an engine); once another dir is at the path (another id, or none
+    made yet), the scan leaves it out and ``strangers`` names it. One that carries no id
+    (an older reconcile's) is this dir's, as before."""
+    made = stateid.ensure(tmp_path)
+    monkeypatch.setenv(STATE_ID_MARKER, "inherited")
+    ref = spawn(rt, SLEEP, tmp_path)
+    env = wait_for(lambda: environ(ref.pid).get(MARKER) and environ(ref.pid), what="environ")
+    assert env[STATE_ID_MARKER] == made
+    (ours,) = rt.scan()
+    assert ours.ref == ref and ours.state_id == made and rt.strangers() == []
+    (tmp_path / "id").unlink()  # the folder at the path has none yet: not the engine's
+    assert rt.scan() == [] and [m.ref for m in rt.strangers()] == [ref]
+    stateid.ensure(tmp_path)  # another id
+    assert rt.scan() == [] and [m.ref for m in rt.strangers()] == [ref]
+    (tmp_path / "id").unlink()
+    older = spawn(rt, SLEEP, tmp_path, name="old")  # no id made: it carries none
+    wait_for(lambda: environ(older.pid).get(MARKER), what="environ")
+    assert STATE_ID_MARKER not in environ(older.pid)
+    stateid.ensure(tmp_path)
+    assert [m.ref for m in rt.scan()] == [older], "judged as before: this dir's"
 
 
 @pytest.mark.parametrize("owner", ["/m/a,/m/b", None], ids=["a set's", "no set's"])

@@ -7,11 +7,16 @@ whole state dir gone (its disk unmounted) is no record deleted: nothing is reape
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import json
 import os
 import signal
 import urllib.request
+from pathlib import Path
 from typing import Any
+
+from procs import GATEWAY_MARKER, marked_pids
 
 from controller.host.procs import identity
 from tests.daemon.test_daemon_loop import proc_state, ready_pid
@@ -77,6 +82,92 @@ def test_a_state_dir_gone_under_the_daemon_stops_no_engine_until_it_is_back(
     d.wait_pass(trigger="SIGUSR1")
     assert rc.pids("web") == {pid} and ready_pid(rc, "web") == pid, "web untouched"
     assert "reap" not in [e["action"] for e in rc.events("web")]
+    finish(d)
+
+
+def _mount_again(away: Path, state: Path) -> None:
+    """``away`` back at ``state`` in one step, as a disk mounted again over its mount
+    point (renameat2's RENAME_EXCHANGE): a process writing by path into the folder there
+    (a gateway's metrics, every half second) never finds none, nor refills it meanwhile."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, bytes(away), at_fdcwd, bytes(state), rename_exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(away))
+
+
+def test_a_daemon_started_on_an_emptied_state_dir_stops_no_engine_and_resumes_once_it_is_back(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """A daemon restarted while the state dir's disk was not mounted (its mount point's
+    empty folder at the path) found no record and stopped every engine of the path as one
+    no record accounts for. Its passes are refused now (said once, at each resync again
+    in -v's debug lines), and once the state dir is back it takes that one's lock and its
+    pass keeps the engine."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    pid = ready_pid(rc, "web")
+    away = rc.tmp / "unmounted"
+    rc.state.rename(away)
+    rc.state.mkdir()
+    d = daemon(resync="0.3s")
+    d.wait(lambda: len(d.lines("pass refused")) >= 3, "three passes refused")
+    refused, *again = d.lines("pass refused")
+    assert refused["level"] == "error" and {a["level"] for a in again} == {"debug"}, again
+    assert f"state dir {rc.state} is not the one its engines" in refused["reason"], refused
+    assert f"(web pid {pid})" in refused["reason"], refused
+    assert rc.pids("web") == {pid} and rc.record("web") is None, "nothing done"
+    _mount_again(away, rc.state)
+    d.wait(lambda: d.lines("passes go through again"), "passes resumed")
+    d.wait(lambda: d.passes(), "a pass")
+    assert ready_pid(rc, "web") == pid and rc.pids("web") == {pid}, "web kept"
+    assert "reap" not in [e["action"] for e in rc.events("web")]
+    assert len(d.lines("the state dir was replaced while passes were refused: its lock taken")) == 1
+    assert json.loads((rc.state / "daemon.json").read_text())["pid"] == d.pid, "noted there"
+    finish(d)
+
+
+def _answers(port: int, model: str) -> str:
+    """The engine that answered a chat request through the gateway on ``port``."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    request = urllib.request.Request(url, body.encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        answered: str = json.loads(r.read())["system_fingerprint"]
+    return answered
+
+
+def test_a_daemon_with_a_gateway_started_on_an_emptied_state_dir_leaves_the_gateway_serving(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """Its gateway, started on the emptied folder, asked the engines' gateway (which no
+    file of that folder names) to stop, and answered each request `model_not_found`
+    while the engines ran on; the engines' gateway, left alone, read the emptied folder's
+    records (none) and answered the same. It starts no gateway while passes are refused,
+    and a gateway keeps its last reading while the folder at the path is another state
+    dir's with no record: the engines' serves on, and is adopted once their dir is back."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    listen = ["--listen", str(rc.port + 15)]
+    first = daemon(*listen, resync="0.3s")
+    pid = first.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    (gateway,) = first.wait(lambda: marked_pids(f"{rc.node}/", GATEWAY_MARKER), "the gateway")
+    assert first.stop() == 0  # the gateway serves on, as a daemon's restart leaves it
+    away = rc.tmp / "unmounted"
+    rc.state.rename(away)
+    rc.state.mkdir()
+    d = daemon(*listen, resync="0.3s")
+    d.wait(lambda: d.lines("pass refused"), "the pass refused")
+    (held,) = d.lines("gateway not started")
+    assert held["level"] == "warning", held
+    assert _answers(rc.port + 15, "web") == f"pid-{pid}", "the engines' gateway serves on"
+    assert marked_pids(f"{rc.node}/", GATEWAY_MARKER) == {gateway}
+    _mount_again(away, rc.state)
+    d.wait(lambda: d.lines("passes go through again"), "passes resumed")
+    (adopted,) = d.wait(lambda: d.lines("gateway adopted"), "the gateway adopted")
+    assert adopted["pid"] == gateway, adopted
+    assert _answers(rc.port + 15, "web") == f"pid-{pid}" and ready_pid(rc, "web") == pid
     finish(d)
 
 

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from controller.backends.local.runtime import MARKER, OWNER_MARKER, STATE_MARKER
+from controller.backends.local.runtime import (
+    MARKER,
+    OWNER_MARKER,
+    STATE_ID_MARKER,
+    STATE_MARKER,
+)
 from controller.core.devices.inventory import Device
 from controller.core.engines import RecipeError, recipe_for
 from controller.core.manifest.engineenv import RECONCILE_SETS
@@ -121,4 +126,4 @@ def test_every_variable_reconcile_sets_is_refused_in_spec_env(devices: tuple[Dev
     rendered = render(entry, devices=devices, port=8000)
     ours = set(rendered.env) - {"HF_HOME"}
     assert ours and ours <= set(RECONCILE_SETS), ours - set(RECONCILE_SETS)
-    assert {MARKER, STATE_MARKER, OWNER_MARKER} <= set(RECONCILE_SETS)
+    assert {MARKER, STATE_MARKER, STATE_ID_MARKER, OWNER_MARKER} <= set(RECONCILE_SETS)

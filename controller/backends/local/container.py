@@ -6,7 +6,7 @@ The local backend (and the Ray actor, through it) hands a ``spec.container`` lau
 
 The contract is a process's: the host's network and the leased port, the rendered
 environment plus the marker (``RECONCILE_INSTANCE``, ``RECONCILE_STATE``,
-``RECONCILE_OWNER``: the label ``reconcile.owner`` too), the recipe's
+``RECONCILE_STATE_ID``, ``RECONCILE_OWNER``: the label ``reconcile.owner`` too), the recipe's
 argv in place of the image's entrypoint, the model cache read-only at the same path, the
 engine's output in the deployment's log file. The record's ``ref`` is the container's
 main process as this host sees it, so liveness (invariant 6), the marker scan and the
@@ -52,6 +52,7 @@ from controller.errors import (
 from controller.host import containers, procstat
 from controller.host.containers import Runtime
 from controller.host.procs import identity, process_alive
+from controller.store.config import stateid
 from controller.store.documents import Document
 from controller.store.instances import logfiles
 from controller.store.models import modelcache
@@ -59,6 +60,7 @@ from controller.store.statedir import StateDir
 
 OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the container
 NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"  # what NVIDIA's container hook passes in
+STATE_ID = "RECONCILE_STATE_ID"  # and its STATE_ID_MARKER
 
 # What `podman run` and `docker run` exit with for their own failures (the runtime's
 # error, a command that cannot be invoked, one not found); any other code is the
@@ -525,6 +527,9 @@ class Wrapper:
     def _marks(self) -> dict[str, str]:
         """The marker's variables besides ``RECONCILE_INSTANCE``: whose engine it is."""
         marks = {"RECONCILE_STATE": self.state_dir}
+        known = stateid.peek(Path(self.state_dir))
+        if known is not None:
+            marks[STATE_ID] = known
         if self.owner is not None:
             marks[OWNER] = self.owner
         return marks

@@ -44,6 +44,7 @@ from controller.host.procs import identity, live_identity, process_alive, ref_of
 from controller.host.procscan import EnvironScan
 from controller.logsetup import get_logger
 from controller.pull.host import HostPuller
+from controller.store.config import stateid
 from controller.store.instances import logfiles
 from controller.store.instances.records import RecordStore
 from controller.store.instances.spawnnotes import SpawnNote, SpawnNotes
@@ -57,12 +58,16 @@ log = get_logger("reconcile")
 
 MARKER = "RECONCILE_INSTANCE"
 STATE_MARKER = "RECONCILE_STATE"
+# The state dir's id (``store/config/stateid.py``): the path alone is also that of another
+# state dir at the same path (a disk not mounted), whose engines are not this one's.
+STATE_ID_MARKER = "RECONCILE_STATE_ID"
 # The manifest set (its owner) that started the engine: a pass tells its own unrecorded
 # engines from another set's by this fact (an engine of an older version has none).
 OWNER_MARKER = "RECONCILE_OWNER"
 # What a spawn note keeps of an engine's environment: what a scan and an adoption read
 # from it (found_in: the port and the devices), never a value of the spec's own.
-NOTED = (MARKER, STATE_MARKER, OWNER_MARKER, "PORT", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+MARKERS = (MARKER, STATE_MARKER, STATE_ID_MARKER, OWNER_MARKER)
+NOTED = (*MARKERS, "PORT", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 SWEEP_TIMEOUT = 5.0
 POLL = 0.01
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
@@ -305,7 +310,11 @@ class LocalBackend:
         full_env = dict(env)
         full_env[MARKER] = self.marker(name, nonce)
         full_env[STATE_MARKER] = self.state_dir
-        full_env.pop(OWNER_MARKER, None)  # a fact of ours, never the spec's word
+        for fact in (OWNER_MARKER, STATE_ID_MARKER):  # facts of ours, never the spec's word
+            full_env.pop(fact, None)
+        known = self.state_id()
+        if known is not None:  # a state dir no pass made an id for (a Ray node's) has none
+            full_env[STATE_ID_MARKER] = known
         if self.owner is not None:
             full_env[OWNER_MARKER] = self.owner
         noted = {k: full_env[k] for k in NOTED if k in full_env}
@@ -343,8 +352,22 @@ class LocalBackend:
 
     # -- markers -------------------------------------------------------------
 
+    def state_id(self) -> str | None:
+        """This state dir's id, once a pass made it (``store/config/stateid.py``): read
+        each time (a small file), as the folder at the path may be another by now."""
+        return stateid.peek(Path(self.state_dir))
+
     def scan(self) -> list[MarkedProcess]:
-        """Every live process of this node and state dir, found by its marker."""
+        """Every live process of this node and state dir, found by its marker: one of
+        another state dir at this path (``strangers``) is not this one's to judge."""
+        here = self.state_id()
+        return [m for m in self._marked() if not _another_dirs(m, here)]
+
+    def strangers(self) -> list[MarkedProcess]:
+        here = self.state_id()
+        return [m for m in self._marked() if _another_dirs(m, here)]
+
+    def _marked(self) -> list[MarkedProcess]:
         self._reap_all()
         prefix = f"{MARKER}={self.node}/".encode()
         state = f"{STATE_MARKER}={self.state_dir}".encode()
@@ -627,7 +650,7 @@ class LocalBackend:
 def _gate_env() -> dict[str, str]:
     """The environment an engine's gate runs with until its exec: this process's, with no
     marker (a scan never takes a waiting gate for an engine)."""
-    return {k: v for k, v in os.environ.items() if k not in (MARKER, STATE_MARKER, OWNER_MARKER)}
+    return {k: v for k, v in os.environ.items() if k not in MARKERS}
 
 
 def _exit_written(path: Path, wait: float) -> int | None:
@@ -675,12 +698,26 @@ def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
             st = procstat.stat(pid)
             if st is None or not nonce:
                 return None
-            return MarkedProcess(ref_of(pid, st), name, nonce, st.ppid, owner_of(items))
+            ref, ppid = ref_of(pid, st), st.ppid
+            state_id = value_of(items, STATE_ID_MARKER)
+            return MarkedProcess(ref, name, nonce, ppid, owner_of(items), state_id=state_id)
     return None
+
+
+def _another_dirs(marked: MarkedProcess, here: str | None) -> bool:
+    """Started by a state dir of another id than ``here`` (None: this one has made none
+    yet, so none of its engines carries one); one without an id, an older version's, is
+    judged as before."""
+    return marked.state_id is not None and marked.state_id != here
 
 
 def owner_of(items: Sequence[bytes]) -> str | None:
     """The owner an engine's environment names (None: an older version's engine)."""
-    prefix = f"{OWNER_MARKER}=".encode()
+    return value_of(items, OWNER_MARKER)
+
+
+def value_of(items: Sequence[bytes], variable: str) -> str | None:
+    """``variable``'s value in an environment's items (None: it has none)."""
+    prefix = f"{variable}=".encode()
     found = next((i for i in items if i.startswith(prefix)), None)
     return None if found is None else found[len(prefix) :].decode(errors="replace")

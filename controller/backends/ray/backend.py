@@ -439,6 +439,9 @@ class RayBackend(OnTheirNodes):
             return None
         return ExitStatus(*seen.status.ended)
 
+    def strangers(self) -> list[MarkedProcess]:
+        return []  # actors are found by the namespace, not the state dir's path
+
     def scan(self) -> list[MarkedProcess]:
         """Our actors as marked processes: the planner adopts or reaps them by nonce."""
         out = []

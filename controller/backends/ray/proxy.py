@@ -105,6 +105,9 @@ class RayProxy(OnTheirNodes):
         got: list[MarkedProcess] = self._call("scan")
         return got
 
+    def strangers(self) -> list[MarkedProcess]:
+        return []  # actors are found by the namespace, not the state dir's path
+
     def teardown(self, rec: Record) -> None:
         self._call("teardown", rec, timeout=rec.grace_seconds + STOP)
 

@@ -39,6 +39,7 @@ from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.sources.nearmiss import NOTHING_PRUNED
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
+    from controller.backends.base import Backend
     from controller.cli.render.planview import Change
     from controller.core.manifest.specs import Entry
     from controller.core.state import Observed
@@ -142,6 +143,15 @@ def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
 # -- plan / schema ------------------------------------------------------------
 
 
+def _replaced(backend: Backend, cfg: Config) -> list[str]:
+    """A pass's refusal beside engines of another state dir at this path: the plan shows
+    what it would do, and exits 1 as the pass would (``reconciler/replaced.py``)."""
+    from controller.reconciler import replaced
+
+    found = backend.strangers()
+    return [replaced.said(cfg.state_dir, found, cfg.owner)] if found else []
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from controller.cli.render import planview
     from controller.core.manifest.labels import kept_apart, kept_note, skip_note
@@ -183,6 +193,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors += _unbindable(found, desired.entries, cfg.backend)
     errors += _unreadable_node_config(cfg)
     errors += _source_failing(cfg)
+    errors += _replaced(view.backend, cfg)
     pending = planview.pending(found)
     blocked = planview.blocked(found)
     skipped, kept = kept_apart(desired.skipped, _here(observed, cfg) & set(desired.invalid))

@@ -125,6 +125,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     if not seen.records:
         say_if_absent(cfg)
+        seen.unrecorded += unrecorded.of_another_state_dir(cfg)
     if fmt in ("json", "yaml"):
         print(dump(items(seen), fmt))
     elif fmt == "name":

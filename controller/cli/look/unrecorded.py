@@ -12,9 +12,11 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.core.manifest import backendnames
 from controller.core.manifest.names import base_name
 from controller.core.state import Record
 from controller.host.procs import process_alive
+from controller.store.config.node import Config
 from controller.store.instances.spawnnotes import SpawnNotes
 from controller.store.statedir import StateDir
 
@@ -63,3 +65,18 @@ def said(
     recorded = {r.nonce for r in records if r.nonce}
     found = [u for u in unrecorded(state_dir, recorded) if u.name not in torn]
     return [f"warning: {u.line()}" for u in found if name in (None, u.name, base_name(u.name))]
+
+
+def of_another_state_dir(cfg: Config) -> list[str]:
+    """A ``warning:`` line where engines of another state dir at this path run, beside
+    which a pass refuses to act (``reconciler/replaced.py``). A /proc scan: made only
+    where no record is (such a state dir has none), for engines on this host."""
+    if cfg.backend != backendnames.LOCAL:
+        return []
+    from controller.backends.choose import open_backend
+    from controller.reconciler import replaced
+
+    found = open_backend(cfg).strangers()
+    if not found:
+        return []
+    return [f"warning: passes refuse to act: {replaced.said(cfg.state_dir, found, cfg.owner)}"]

@@ -29,6 +29,7 @@ RECONCILE_SETS: dict[str, str] = {
     "RECONCILE_NAME": "to metadata.name",
     "RECONCILE_INSTANCE": _IDENTITY,
     "RECONCILE_STATE": _IDENTITY,
+    "RECONCILE_STATE_ID": _IDENTITY,
     "RECONCILE_OWNER": _IDENTITY,
     "CUDA_VISIBLE_DEVICES": _FENCE,
     # With ids (a static inventory), the order decides which GPU "0" is: part of the fence.
