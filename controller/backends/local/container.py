@@ -59,8 +59,8 @@ from controller.store.models import modelcache
 from controller.store.statedir import StateDir
 
 OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the container
-NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"  # what NVIDIA's container hook passes in
 STATE_ID = "RECONCILE_STATE_ID"  # and its STATE_ID_MARKER
+NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"  # what NVIDIA's container hook passes in
 
 # What `podman run` and `docker run` exit with for their own failures (the runtime's
 # error, a command that cannot be invoked, one not found); any other code is the
