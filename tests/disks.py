@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def read_only(folder: Path) -> Iterator[Path]:
         ["mount", "-o", "remount,ro,bind", str(folder)],
     )
     for step in steps:
-        done = subprocess.run(step, capture_output=True)
+        done = _mount(step)
         if done.returncode != 0:
             if step is not steps[0]:
                 subprocess.run(["umount", str(folder)], check=True)
@@ -50,6 +51,19 @@ def read_only(folder: Path) -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def _mount(step: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """Run ``step``; a remount read-only that a write in progress through the mount makes
+    fail ("mount point is busy": a daemon writing a record that instant) is tried again
+    until that write is done, 10 s at most (it skipped a test under load, once its engine
+    had started)."""
+    deadline = time.monotonic() + 10
+    while True:
+        done = subprocess.run(step, capture_output=True)
+        if done.returncode == 0 or b"busy" not in done.stderr or time.monotonic() > deadline:
+            return done
+        time.sleep(0.05)
 
 
 def fill_inodes(folder: Path) -> Path:
