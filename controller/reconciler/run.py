@@ -575,6 +575,7 @@ class Reconciler(Preview):
                 self.liveness.begin_pass(self.config.owner)
             seen_at = datetime.now(UTC)  # what `status` says its view's age is from
             result = self._rounds(loaded, at_once, unchanged)
+            self.executor.launcher.forget_stops(result.records)
             if not result.deferred:  # the cluster answered: its records are known again
                 unreachable.clear(self.store, result.records, self.config.owner)
             if not result.deferred and result.prune_blocked is None:  # as a prune is
