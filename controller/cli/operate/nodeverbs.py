@@ -320,9 +320,13 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
 def _started_when(cfg: Config) -> str:
     """When the held deployments start: a daemon is woken now (its resync may be an hour
     away), else the next pass (cron's) starts them."""
+    from controller.cli.common import stopped_daemon
+    from controller.cli.gateway.startlock import stopped
     from controller.cli.operate.restartverb import daemon_pid, wake
 
     daemon = daemon_pid(cfg.state_dir)
     if daemon and wake(cfg.state_dir, daemon):
+        if stopped(daemon):  # woken, it goes on with the pass asked for
+            return f"{stopped_daemon(daemon)}: it starts its deployments once it runs again"
         return f"the daemon (pid {daemon}) starts its deployments now"
     return "deployments start on the next pass"
