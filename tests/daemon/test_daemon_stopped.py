@@ -11,10 +11,11 @@ import os
 import signal
 from typing import Any
 
-from test_daemon_loop import ready_pid, started
+from test_daemon_loop import ready_pid, sleeper, started
 
 from controller.cli.common import stopped_daemon
 from controller.cli.gateway.startlock import stopped
+from controller.failpoints import ENV as FAILPOINTS
 
 
 def test_verbs_beside_a_stopped_daemon_say_so_and_return(
@@ -46,4 +47,27 @@ def test_verbs_beside_a_stopped_daemon_say_so_and_return(
     finally:
         os.kill(d.pid, signal.SIGCONT)
     d.wait(lambda: (now := ready_pid(rc, "web")) and now != pid, "web restarted at the SIGCONT")
+    finish(d)
+
+
+def test_a_once_beside_a_daemon_stopped_in_its_pass_names_it(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """A daemon stopped inside a pass holds the pass lock: a cron `--once` waited its lock
+    timeout and said "held by pid N ... wait for it to finish, or stop that process", as
+    for a pass at work. It names the stopped holder and `kill -CONT`."""
+    rc = reconcile
+    rc.write("web", **sleeper())
+    d = daemon(env={FAILPOINTS: "reconciler.pass.locked=stop"})  # its first pass holds it
+    try:
+        rc.wait_for(lambda: stopped(d.pid), what="the daemon stopped in its pass")
+        waited = rc("--once", "--lock-timeout", "1", check=1)
+        said = (
+            f"is held by pid {d.pid}, which is stopped (SIGSTOP, a debugger); gave up after "
+            f"1s. `kill -CONT {d.pid}` and it goes on"
+        )
+        assert said in waited.err, waited
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    d.wait(lambda: ready_pid(rc, "web"), "web Ready: the pass went on")
     finish(d)
