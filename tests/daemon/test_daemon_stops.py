@@ -177,9 +177,6 @@ def test_a_stop_the_daemon_began_and_a_once_finished_is_forgotten(reconcile: Any
     rc = reconcile
     rc.write("keeper", **sleeper())
     stubborn(rc, "web")
-    assert rc.converge().code == 0
-    pid = stubborn_pid(rc, "web")
-    assert pid is not None, rc.events("web")
     cfg = resolve(
         manifests=[str(rc.manifests)], state_dir=str(rc.state), node=rc.node, devices=rc.devices
     )
@@ -189,6 +186,9 @@ def test_a_stop_the_daemon_began_and_a_once_finished_is_forgotten(reconcile: Any
     launcher.defer_stops = True  # as the daemon's
     stopping = launcher._stopping  # what the daemon keeps of the stops it began
     try:
+        assert rc.converge().code == 0
+        # Ready as soon as it runs: its SIGTERM is ignored a moment later (stubborn_pid)
+        pid: int = rc.wait_for(lambda: stubborn_pid(rc, "web"), 30, "web ignoring SIGTERM")
         (rc.manifests / "web.yaml").unlink()
         began = reconciler.run_pass()
         assert began.records["web"].phase.value == "Terminating", began.records["web"]
