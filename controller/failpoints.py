@@ -4,7 +4,8 @@ A test arms points through the environment, read once at import::
 
     RECONCILE_FAILPOINTS="executor.spawn.before_record=kill,records.write.before_rename=enospc"
 
-Actions: ``kill`` (SIGKILL this process), ``enospc`` / ``eio`` (raise ``OSError``
+Actions: ``kill`` (SIGKILL this process), ``stop`` (SIGSTOP it: the harness acts
+while it is frozen there, then sends SIGCONT), ``enospc`` / ``eio`` (raise ``OSError``
 with that errno). ``name=kill@3`` fires at the third hit of the point instead of
 the first (each point fires once). When ``RECONCILE_FAILPOINTS_LOG`` names a
 file, every firing appends ``<name> <action> <pid>`` to it first, so a harness
@@ -22,7 +23,7 @@ import threading
 
 ENV = "RECONCILE_FAILPOINTS"
 LOG_ENV = "RECONCILE_FAILPOINTS_LOG"
-ACTIONS = ("kill", "enospc", "eio")
+ACTIONS = ("kill", "stop", "enospc", "eio")
 
 # Every point the code calls, with where it sits: the harness arms each of them.
 POINTS = {
@@ -102,8 +103,9 @@ def _maybe_fire(name: str) -> None:
     if count != nth:
         return
     _note(name, action)
-    if action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
+    if action in ("kill", "stop"):
+        os.kill(os.getpid(), signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+        return  # stopped, and continued: the code goes on from here
     code = errno.ENOSPC if action == "enospc" else errno.EIO
     raise OSError(code, f"{os.strerror(code)} (failpoint {name})")
 

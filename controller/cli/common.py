@@ -33,6 +33,15 @@ if TYPE_CHECKING:
     from controller.reconciler.run import Preview, Reconciler
 
 
+def stopped_daemon(daemon: int) -> str:
+    """The daemon on the state dir, ``daemon`` its pid, is stopped (SIGSTOP, a debugger;
+    ``startlock.stopped``): it holds its lock and acts on nothing. Who, and the move."""
+    return (
+        f"the daemon (pid {daemon}) on this state dir is stopped (SIGSTOP, a debugger; "
+        f"`kill -CONT {daemon}` resumes it)"
+    )
+
+
 def config(args: argparse.Namespace, *, lenient: bool = False, warn: bool = True) -> Config:
     """The node configuration: flags (parsed once, by the parser's types) > environment >
     node.yaml > defaults, resolved in ``store.node.resolve`` alone.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from watchdog.events import FileSystemEvent
 
-from controller.store.sources.manifests import SUFFIXES, is_single_file
+from controller.store.sources.manifests import SUFFIXES, is_single_file, manifest_files
 
 # The one observer mechanism (and the kernel's mask), shared with the gateway's watch.
 from controller.store.watch import Watch, dir_identity
@@ -36,6 +36,30 @@ KIND = {"closed": "settled", "moved": "settled", "created": "begun", "modified":
 # ``..data``, and an update renames a new ``..data`` (to a new timestamped folder) onto it,
 # so no event names a manifest. The rename lands whole.
 SWAPPED = "..data"
+
+
+# What a pass compares of each manifest before it applies what it read: (inode, size,
+# mtime_ns, ctime_ns). A write, truncate or rename changes one of them; ctime no writer sets.
+Stamp = tuple[int, int, int, int]
+
+
+def stamps(folders: Iterable[Path]) -> dict[str, Stamp]:
+    """Each manifest file of ``folders`` (as ``manifests.load`` lists them) by its path,
+    with its stamp: what a pass's read of the folders may have been torn by, when two
+    differ. A folder or file that cannot be read has none (its pass says why)."""
+    out: dict[str, Stamp] = {}
+    for folder in folders:
+        try:
+            files = [folder] if is_single_file(folder) else manifest_files(folder)
+        except OSError:
+            continue
+        for path in files:
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            out[str(path)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return out
 
 
 def is_manifest_name(name: str) -> bool:

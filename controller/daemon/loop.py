@@ -32,10 +32,16 @@ from controller.core.manifest.specs import base_name
 from controller.core.plan import backoff
 from controller.core.state import VERSION, Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
-from controller.daemon.folders import ManifestWatch
+from controller.daemon.folders import ManifestWatch, Stamp, stamps
 from controller.daemon.gitfetch import Fetcher
 from controller.daemon.notify import Notifier
-from controller.daemon.timers import WRITE_QUIET, Settling, Timers, debounce_until
+from controller.daemon.timers import (
+    WRITE_HOLD_MAX,
+    WRITE_QUIET,
+    Settling,
+    Timers,
+    debounce_until,
+)
 from controller.daemon.webhooks import Sender
 from controller.errors import (
     BackendUnavailable,
@@ -77,6 +83,9 @@ AT_ONCE = "folder at once"  # the pass of a first whole change after quiet (_deb
 # A manifest still being written holds every pass until its close (timers.Settling.held);
 # the timer wakes the loop at the hold's bound, and the log says which file it waits for.
 WRITE_HELD = "pass waits for a manifest still being written"
+# ... and a pass whose manifests changed as it read them (a writer that began after it):
+# what it read may be a prefix, so it applies nothing and the next pass reads them again.
+TORN_READ = "pass applied nothing: a manifest changed while the pass read it"
 HELD = "write held"
 # What a pass stopped by the state dir's disk (full, failing, not writable) leaves to do.
 IO_NEXT = (
@@ -175,6 +184,7 @@ class Daemon:
         self._folder_event = False  # a folder event since the loop last woke
         self._settling = Settling()  # what those events left in motion (the watchdog thread's)
         self._held_by: str | None = None  # the file the passes wait for, once said
+        self._torn: tuple[str, float] | None = None  # a pass's read torn: which file, since
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
 
@@ -363,6 +373,28 @@ class Daemon:
         with self._events:
             return not self._folder_event and self._settling.whole
 
+    def _unchanged(self, before: dict[str, Stamp]) -> bool:
+        """No manifest changed since the pass began (``before``: their stamps then), and the
+        watch saw none written: else the pass may have read a writer's prefix (one that
+        truncated the file after the pass began: nothing held it), valid YAML declaring
+        fewer deployments. Such a file is held as written (its close ends the hold). A
+        file changed at every pass is read as it is after WRITE_HOLD_MAX, as a hold ends."""
+        now = stamps(self.folders.folders)
+        changed = sorted(p for p in before.keys() | now.keys() if before.get(p) != now.get(p))
+        with self._events:
+            for path in changed:
+                self._settling.suspect(path)
+            changed = changed or sorted(self._settling.writing)
+        if not changed:
+            return True
+        since = time.monotonic() if self._torn is None else self._torn[1]
+        if time.monotonic() - since > WRITE_HOLD_MAX:
+            return True
+        if self._torn is None or self._torn[0] != changed[0]:
+            log.info(TORN_READ, file=changed[0], then="read again once it is whole")
+        self._torn = (changed[0], since)
+        return False
+
     def _exited(self, name: str, ref: ProcessRef) -> None:
         status = self.reconciler.backend.exit_of(ref)  # reaps our child: no zombie
         code = None if status is None else status.code
@@ -430,8 +462,11 @@ class Daemon:
         self._quiet_before = False  # a change after this pass is at once only after quiet
         with self._events:  # the pass reads the folders as they are now
             self._settling = Settling()
+        before = stamps(self.folders.folders)
         self.folders.rearm()  # before the pass reads the folders: no event falls in between
         at_once = self._undisturbed if triggers == [AT_ONCE] else None
+        # A git source's checkout is moved by the pass itself, and written by no one else.
+        unchanged = None if self.config.git is not None else lambda: self._unchanged(before)
         if self._state_dir_gone():
             self.timers.after("resync", self.resync, "resync")
             return
@@ -439,7 +474,9 @@ class Daemon:
         started = time.monotonic()
         began = (datetime.now(UTC), bootclock.read())  # before the plan reads its clocks
         try:
-            result = self.reconciler.run_pass(lock_timeout=LOCK_WAIT, at_once=at_once)
+            result = self.reconciler.run_pass(
+                lock_timeout=LOCK_WAIT, at_once=at_once, unchanged=unchanged
+            )
         except LockTimeout as exc:
             self._say("lock", "pass waits: another pass holds the lock", reason=str(exc))
             self.triggers.clear()
@@ -478,6 +515,7 @@ class Daemon:
                 whole = self._settling.whole
             self._debounce(whole)
             return
+        self._torn = None
         self.passes += 1
         took = round(time.monotonic() - started, 3)
         # what each pass plans again while it waits (its record says it, once): no change

@@ -104,8 +104,10 @@ class Settling:
         # path -> (first, last) write seen, on the monotonic clock
         self.writing: dict[str, tuple[float, float]] = {}
         self.waiting = False
+        self.touched: set[str] = set()  # every path an event named
 
     def note(self, kind: str, path: str, now: float | None = None) -> None:
+        self.touched.add(path)
         if kind == "begun":
             self.begun.add(path)
             return
@@ -117,6 +119,12 @@ class Settling:
         self.writing.pop(path, None)  # closed, renamed into place, or gone
         if kind != "settled":
             self.waiting = True
+
+    def suspect(self, path: str, now: float | None = None) -> None:
+        """``path`` changed under a pass, seen by its stamps: held as written until its
+        events come (its close ends the hold), unless they came already."""
+        if path not in self.touched:
+            self.note("writing", path, now)
 
     @property
     def whole(self) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -484,6 +484,15 @@ class Launcher:
                 self._stopped(rec, Stop(name=rec.name, reason=action.reason))
             case _:
                 assert_never(action)
+
+    def forget_stops(self, records: Mapping[str, Record]) -> None:
+        """Forget the deferred stops another finished (a `--once` or `down` beside the
+        daemon): their record is gone, or is another engine's (a new nonce). None of this
+        launcher's passes would finish them, and a daemon's launcher lives as long as it."""
+        for name, (_, nonce) in list(self._stopping.items()):
+            rec = records.get(name)
+            if rec is None or rec.nonce != nonce:
+                del self._stopping[name]
 
     def carry_stops(self, before: Launcher) -> None:
         """The deferred stops a launcher this one replaces (a reload) had begun."""

@@ -138,8 +138,9 @@ class PassResult:
     skipped: dict[str, str] = field(default_factory=dict)  # left to other nodes -> selector
     invalid: set[str] = field(default_factory=set)  # the manifests that did not load, by name
     broken: dict[str, str] = field(default_factory=dict)  # a file that did not load -> its error
-    # A pass run at once (run_pass's at_once) whose plan was more than new starts: it did
-    # nothing, and waits for the folder to settle.
+    # A pass run at once (run_pass's at_once) whose plan was more than new starts, or one
+    # whose manifests changed as it read them (``unchanged``): it did nothing, and waits
+    # for the folder to settle.
     deferred: bool = False
 
     def ours(self) -> list[Record]:
@@ -547,13 +548,19 @@ class Reconciler(Preview):
     # -- a pass ---------------------------------------------------------------------------
 
     def run_pass(
-        self, *, lock_timeout: float | None = None, at_once: Callable[[], bool] | None = None
+        self,
+        *,
+        lock_timeout: float | None = None,
+        at_once: Callable[[], bool] | None = None,
+        unchanged: Callable[[], bool] | None = None,
     ) -> PassResult:
         """One pass. ``at_once``: the pass runs before the manifests' folder settled (the
         daemon's first whole change after a quiet spell); it applies its plan only when
         that plan starts new deployments and nothing else, and ``at_once()`` (asked once
         the manifests are read) says no other folder change came meanwhile. Else it does
-        nothing (``deferred``): the change may be one file of several still landing."""
+        nothing (``deferred``): the change may be one file of several still landing.
+        ``unchanged()``, asked as ``at_once()`` is, of any pass: False (a manifest was
+        written as the pass read it, maybe read as a prefix) and it does nothing too."""
         # Before anything is written there: a folder not its engines' is left as it is.
         replaced.refuse_beside_strangers(self.backend, self.config.state_dir, self.config.owner)
         self.store.ensure()
@@ -570,7 +577,8 @@ class Reconciler(Preview):
             if self.liveness is not None:
                 self.liveness.begin_pass(self.config.owner)
             seen_at = datetime.now(UTC)  # what `status` says its view's age is from
-            result = self._rounds(loaded, at_once)
+            result = self._rounds(loaded, at_once, unchanged)
+            self.executor.launcher.forget_stops(result.records)
             if not result.deferred:  # the cluster answered: its records are known again
                 unreachable.clear(self.store, result.records, self.config.owner)
             if not result.deferred and result.prune_blocked is None:  # as a prune is
@@ -719,7 +727,12 @@ class Reconciler(Preview):
                 if device in r.devices and not r.elsewhere(self.config.node)]  # fmt: skip
         self.notify.emit("Unhealthy", why, revision=self.maker.revision, deployments=held)
 
-    def _rounds(self, loaded: LoadResult, at_once: Callable[[], bool] | None) -> PassResult:
+    def _rounds(
+        self,
+        loaded: LoadResult,
+        at_once: Callable[[], bool] | None,
+        unchanged: Callable[[], bool] | None,
+    ) -> PassResult:
         desired = self.desired(loaded)
         self.maker.revision = desired.revision  # what the records state (and Update compares)
         self._selectors = bound_selectors(e.deployment.spec for e in desired.entries.values())
@@ -758,13 +771,11 @@ class Reconciler(Preview):
                 {n: v.probe.detail for n, v in observed.records.items() if v.probe}
             )
             actions = self.plan(desired, observed)
-            if at_once is not None and not (
-                only_starts_new(actions, observed.records) and at_once()
-            ):
+            if not _applies(actions, observed, at_once, unchanged):
                 result.deferred = True
                 settled = observed
                 break
-            at_once = None  # the first round's plan decides
+            at_once = unchanged = None  # the first round's plan decides
             if not self._execute(actions, observed, result):
                 # A (re)start or fetch that waits for its image's pull asks for no further
                 # round, but it wrote its record (Pulling): the round's view is stale then.
@@ -1178,6 +1189,18 @@ def count_kept(current: Record | None, taken: Lease | Record) -> Lease | Record:
     if isinstance(taken, Lease):
         return Lease(replace(record, restarts=restarts), taken.rendered)
     return replace(taken, restarts=restarts)
+
+
+def _applies(
+    actions: Sequence[Action],
+    observed: Observed,
+    at_once: Callable[[], bool] | None,
+    unchanged: Callable[[], bool] | None,
+) -> bool:
+    """The first round's plan may be applied (``run_pass``'s ``at_once``, ``unchanged``)."""
+    if at_once is not None and not (only_starts_new(actions, observed.records) and at_once()):
+        return False
+    return unchanged is None or unchanged()
 
 
 def _folder_problem(result: PassResult, loaded: LoadResult) -> str | None:

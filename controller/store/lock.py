@@ -110,6 +110,12 @@ class FileLock:
                 f"behind (pid {pid} has exited); gave up after {timeout:g}s. "
                 f"`fuser -v {self.path}` names it: stop it, and the lock is free at once"
             )
+        if pid and _stopped(pid):  # waiting longer changes nothing: say so, and the move
+            return (
+                f"the {self.what} ({self.path}) is held by pid {pid}, which is stopped "
+                f"(SIGSTOP, a debugger); gave up after {timeout:g}s. `kill -CONT {pid}` and "
+                "it goes on, then releases it"
+            )
         who = f"pid {pid}" if pid else "another process"
         return (
             f"the {self.what} ({self.path}) is held by {who}; gave up after {timeout:g}s. "
@@ -154,6 +160,17 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # another user's
     return True
+
+
+def _stopped(pid: int) -> bool:
+    """Stopped by a signal or a tracer (state T or t in /proc: ``host.procstat``'s, read
+    here, as store may not import host)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("T", "t")
 
 
 def _try(fd: int) -> bool:

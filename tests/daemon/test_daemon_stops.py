@@ -16,6 +16,11 @@ from typing import Any
 
 from test_daemon_loop import PYTHON, STUBBORN, pid_of, ready_pid, sleeper, started, stubborn_pid
 
+from controller.backends.choose import open_backend
+from controller.daemon.loop import build_reconciler
+from controller.store.config.node import resolve
+from controller.store.instances.records import RecordStore
+
 LONG_GRACE = 120  # seconds: never over while a test waits (each ends the engine itself)
 # An engine whose child, in its group, ignores SIGTERM as it does: a stop reaches both.
 STUBBORN_PAIR = (
@@ -332,3 +337,39 @@ def test_a_daemon_killed_while_a_park_waits_leaves_the_next_to_park_it(
     assert not group(old)
     assert rc.record("parked")["devices"] == [], rc.record("parked")
     finish(second)
+
+
+def test_a_stop_the_daemon_began_and_a_once_finished_is_forgotten(reconcile: Any) -> None:
+    """A deferred stop the daemon's launcher began and a cron `--once` beside it finished
+    (the engine ended, the record dropped) was kept in the launcher's stops for the
+    daemon's whole life: no pass of its would finish it again. The daemon's reconciler
+    (built as it builds it, stops deferred) runs its passes here; the `--once` is the
+    real CLI."""
+    rc = reconcile
+    rc.write("keeper", **sleeper())
+    stubborn(rc, "web")
+    cfg = resolve(
+        manifests=[str(rc.manifests)], state_dir=str(rc.state), node=rc.node, devices=rc.devices
+    )
+    store = RecordStore(cfg.state_dir)
+    reconciler = build_reconciler(cfg, open_backend(cfg, store), store)
+    launcher = reconciler.executor.launcher
+    launcher.defer_stops = True  # as the daemon's
+    stopping = launcher._stopping  # what the daemon keeps of the stops it began
+    try:
+        assert rc.converge().code == 0
+        # Ready as soon as it runs: its SIGTERM is ignored a moment later (stubborn_pid)
+        pid: int = rc.wait_for(lambda: stubborn_pid(rc, "web"), 30, "web ignoring SIGTERM")
+        (rc.manifests / "web.yaml").unlink()
+        began = reconciler.run_pass()
+        assert began.records["web"].phase.value == "Terminating", began.records["web"]
+        assert set(stopping) == {"web"}
+        os.killpg(pid, signal.SIGKILL)  # its end, seen by the cron pass first
+        rc.wait_for(lambda: not group(pid), 30, "web's group gone")
+        rc.once()
+        assert rc.record("web") is None, rc.events("web")
+        after = reconciler.run_pass()
+        assert "web" not in after.records and "keeper" in after.records, after.records
+        assert stopping == {}, stopping
+    finally:
+        rc.down()

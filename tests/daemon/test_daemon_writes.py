@@ -9,13 +9,15 @@ writer's pause ends once the daemon has been due to pass.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
 from test_daemon_loop import ready_pid, sleeper, spawns, started
 
-from controller.daemon.loop import WRITE_HELD
+from controller.daemon.loop import TORN_READ, WRITE_HELD
 from controller.daemon.timers import WRITE_QUIET
+from controller.failpoints import ENV as FAILPOINTS
 
 
 def test_a_file_written_in_place_with_a_pause_is_read_once_closed(
@@ -53,6 +55,50 @@ def test_a_file_written_in_place_with_a_pause_is_read_once_closed(
     assert len(spawns(rc, "second")) == 1
     held = d.lines(WRITE_HELD)
     assert held and held[0]["file"] == str(path), d.tail()
+    finish(d)
+
+
+def frozen(pid: int) -> bool:
+    """The process is stopped (SIGSTOP: a failpoint's ``stop``), ``T`` in /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0] == "T"
+
+
+def test_a_file_truncated_while_a_pass_reads_the_folder_is_not_applied(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """A writer that truncates a file after a pass began (no write seen, nothing held)
+    and before that pass reads it: the pass read the prefix, valid YAML with a deployment
+    fewer, and stopped its engine. The daemon is frozen inside its first pass (the pass
+    lock held, nothing read yet) while the prefix is written; the pass then applies
+    nothing, and the one after the close reads the file whole."""
+    rc = reconcile
+    first = rc.deployment("first", basePort=rc.port, **sleeper())
+    second = rc.deployment("second", basePort=rc.port + 10, **sleeper())
+    path = rc.manifests / "two.yaml"
+    path.write_text(rc.dump_yaml(first, second))
+    assert rc.converge().code == 0
+    pids = {n: ready_pid(rc, n) for n in ("first", "second")}
+    assert all(pids.values()), pids
+    told = rc.events("second")
+    d = daemon(env={FAILPOINTS: "reconciler.pass.locked=stop"})
+    d.wait(lambda: frozen(d.pid), "the daemon frozen in its first pass")
+    head, tail = rc.dump_yaml(first, second).split("\n---\n")
+    with open(path, "w") as writer:  # truncates: the file is its prefix from here
+        writer.write(head + "\n---\n")
+        writer.flush()
+        os.kill(d.pid, signal.SIGCONT)  # the pass reads the folder now
+        d.wait(
+            lambda: d.lines(TORN_READ) or d.passes(),
+            "the daemon's pass over the prefix: applied (the defect) or not (the fix)",
+        )
+        writer.write(tail)
+    d.wait(lambda: d.passes(), "the pass after the close")
+    assert rc.events("second") == told, rc.events("second")
+    assert {n: ready_pid(rc, n) for n in pids} == pids, d.tail()
+    assert len(spawns(rc, "second")) == 1
+    torn = d.lines(TORN_READ)
+    assert len(torn) == 1 and torn[0]["file"] == str(path), d.tail()
     finish(d)
 
 

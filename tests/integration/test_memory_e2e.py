@@ -229,6 +229,13 @@ def test_status_warns_of_an_engine_on_a_device_gone_from_the_inventory(reconcile
 
 def _status_beside_a_daemon(rc: Any, daemon_has: str, shell_has: str) -> str:
     """`status`'s stderr from a shell whose inventory is ``shell_has``, beside a daemon
+    started with ``daemon_has``."""
+    said: str = _beside_a_daemon(rc, daemon_has, shell_has, "status").err
+    return said
+
+
+def _beside_a_daemon(rc: Any, daemon_has: str, shell_has: str, *argv: str) -> Any:
+    """``reconcile ARGV`` from a shell whose inventory is ``shell_has``, beside a daemon
     started with ``daemon_has`` (once its note says so), stopped before this returns: a
     daemon left running past a failure would start engines the teardown just stopped."""
     rc.devices = daemon_has
@@ -237,8 +244,7 @@ def _status_beside_a_daemon(rc: Any, daemon_has: str, shell_has: str) -> str:
         noted = DaemonDevices(static=daemon_has)
         rc.wait_for(lambda: daemonset.devices_of(rc.state, daemon.pid) == noted, 30, "its note")
         rc.devices = shell_has
-        said: str = rc("status", check=0).err
-        return said
+        return rc(*argv, check=0)
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
@@ -259,6 +265,36 @@ def test_status_judges_devices_by_the_daemon_s_inventory_not_its_shell_s(reconci
         # nvidia:0 dropped from the daemon's while web runs on it; the shell still lists it.
         said = _status_beside_a_daemon(rc, "nvidia:1", "nvidia:0,nvidia:1")
         assert said.startswith("warning: web holds nvidia:0, which this node's inventory"), said
+    finally:
+        rc.down()
+
+
+def test_devices_lists_the_daemon_s_inventory_not_its_shell_s(reconcile: Any) -> None:
+    """`devices` listed its own shell's inventory (RECONCILE_DEVICES there) beside a
+    daemon that places by another: a device the daemon hands out was missing, and one it
+    does not was listed free. It lists the running daemon's, as `status` judges by, and
+    says so where the shell's differs; with no daemon, the shell's."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1, "kind": "nvidia"})
+    rc.devices = "nvidia:0,nvidia:1"
+    try:
+        rc.converge()
+        assert rc.record("web")["devices"] == ["nvidia:0"]
+        shown = _beside_a_daemon(rc, "nvidia:0,nvidia:1", "nvidia:1", "devices", "-o", "json")
+        doc = shown.json()
+        assert {d["device"]: d["held_by"] for d in doc["devices"]} == {
+            "nvidia:0": ["web"],
+            "nvidia:1": [],
+        }, doc
+        assert doc["inventory_from"] == "daemon" and doc["outside_inventory"] == [], doc
+        text = _beside_a_daemon(rc, "nvidia:0,nvidia:1", "nvidia:1", "devices").out
+        assert "Inventory: the running daemon's (pid " in text, text
+        assert "RECONCILE_DEVICES nvidia:0,nvidia:1), not this shell's (" in text, text
+        rc.devices = "nvidia:1"  # no daemon: the shell's, web's device outside it
+        alone = rc("devices", "-o", "json", check=0).json()
+        assert [d["device"] for d in alone["devices"]] == ["nvidia:1"], alone
+        assert alone["inventory_from"] == "shell", alone
+        assert [o["device"] for o in alone["outside_inventory"]] == ["nvidia:0"], alone
     finally:
         rc.down()
 

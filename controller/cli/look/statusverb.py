@@ -28,9 +28,11 @@ from controller.cli.common import (
     preview,
     say_if_absent,
     selected,
+    stopped_daemon,
 )
 from controller.cli.gateway.gatewaystatus import refusal_lines
 from controller.cli.gateway.gatewaystatus import summary as gateway_line
+from controller.cli.gateway.startlock import stopped
 from controller.cli.look import unrecorded
 from controller.cli.render.views import (
     FORMATS,
@@ -109,6 +111,11 @@ class Look:
         return rec
 
 
+# What a daemon stopped (SIGSTOP, a debugger) means for the table: it holds its lock, so
+# nothing said "no daemon runs", and its records look as its last pass left them.
+STOPPED_DAEMON = "no pass runs until it does: nothing is started, restarted or stopped"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:
@@ -145,6 +152,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
     for line in refusal_lines(cfg.state_dir):  # on stderr: stdout stays a table or a list
         print(f"warning: {line}", file=sys.stderr)
+    if (daemon := daemonset.daemon_pid(cfg.state_dir)) and stopped(daemon):
+        print(f"warning: {stopped_daemon(daemon)}: {STOPPED_DAEMON}", file=sys.stderr)
     for line in seen.unrecorded:
         print(line, file=sys.stderr)
     for line in outside_inventory(cfg, seen.records):

@@ -33,7 +33,7 @@ from controller.errors import ConfigError
 from controller.redact import printable
 from controller.store.config.node import Config, read_drain
 from controller.store.instances.records import RecordStore, Snapshot, held_by_unreadable
-from controller.store.side import devicehealth
+from controller.store.side import daemonset, devicehealth
 
 # -- devices ------------------------------------------------------------
 
@@ -45,7 +45,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     cfg = config(args, lenient=True)
     # On a cluster the engines hold the cluster's GPUs (asked of it, as a pass does), not
     # this host's: this host's inventory called each of them "not in the inventory".
-    inventory = _inventory(cfg)
+    inventory, whose, differs = _inventory(cfg)
     if args.clear:
         return _clear(cfg, inventory.keys(), args.clear)
     snap = RecordStore(cfg.state_dir).peek()  # a read verb moves nothing aside
@@ -65,26 +65,45 @@ def cmd_devices(args: argparse.Namespace) -> int:
     if fmt == "name":
         print("".join(f"{d['device']}\n" for d in items), end="")
     elif fmt in ("json", "yaml"):
-        doc = {"node": cfg.node, "source": inventory.source, "devices": items, "ports": ports}
+        doc: dict[str, Any] = {"node": cfg.node, "source": inventory.source}
+        doc |= {"inventory_from": whose, "devices": items, "ports": ports}
         print(dump({**doc, "outside_inventory": outside}, fmt))
     else:
-        notes = [*_overcommitted(items), *_outside_text(outside)]
+        notes = [*([differs] if differs else []), *_overcommitted(items), *_outside_text(outside)]
         print(_devices_text(cfg, inventory.source, items, ports, notes))
     for problem in snap.problems:  # what it holds is not known: the table is not whole
         print(f"error: {problem.message}", file=sys.stderr)
     return EXIT_FAIL if snap.problems else EXIT_OK
 
 
-def _inventory(cfg: Config) -> Inventory:
+def _inventory(cfg: Config) -> tuple[Inventory, str, str | None]:
     """This host's devices, or a cluster's GPUs (the backends' code, and the manifest
-    models it imports, only then: a read verb on one box loads no pydantic)."""
+    models it imports, only then: a read verb on one box loads no pydantic); whose they
+    are (``cluster``, ``daemon``, ``shell``); and where the running daemon's differ from
+    this shell's, a line saying so."""
     if on_cluster(cfg.backend):
         from controller.backends.choose import inventory_for
 
-        return inventory_for(cfg)
+        return inventory_for(cfg), "cluster", None
     from controller.host import devices
 
-    return devices.resolve(cfg.devices)
+    pid = daemonset.daemon_pid(cfg.state_dir)
+    ran = daemonset.devices_of(cfg.state_dir, pid) if pid else None
+    if ran is None:  # no daemon, or one whose note predates the inventory: this shell's
+        return devices.resolve(cfg.devices), "shell", None
+    differs = None
+    if ran.static != cfg.devices:  # the daemon places by its own, as `status` judges
+        differs = (
+            f"Inventory: the running daemon's (pid {pid}, {_static_words(ran.static)}), "
+            f"not this shell's ({_static_words(cfg.devices)})"
+        )
+    return devices.resolve(ran.static), "daemon", differs
+
+
+def _static_words(static: str | None) -> str:
+    if static is None:
+        return "discovered: no --devices / RECONCILE_DEVICES"
+    return f"--devices / RECONCILE_DEVICES {static or '(empty)'}"
 
 
 def _held_unread(
@@ -301,9 +320,13 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
 def _started_when(cfg: Config) -> str:
     """When the held deployments start: a daemon is woken now (its resync may be an hour
     away), else the next pass (cron's) starts them."""
+    from controller.cli.common import stopped_daemon
+    from controller.cli.gateway.startlock import stopped
     from controller.cli.operate.restartverb import daemon_pid, wake
 
     daemon = daemon_pid(cfg.state_dir)
     if daemon and wake(cfg.state_dir, daemon):
+        if stopped(daemon):  # woken, it goes on with the pass asked for
+            return f"{stopped_daemon(daemon)}: it starts its deployments once it runs again"
         return f"the daemon (pid {daemon}) starts its deployments now"
     return "deployments start on the next pass"

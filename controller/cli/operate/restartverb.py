@@ -21,7 +21,16 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, no_such, reconciler
+from controller.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    config,
+    looks,
+    no_such,
+    reconciler,
+    stopped_daemon,
+)
+from controller.cli.gateway.startlock import stopped
 from controller.core.manifest.names import base_name, is_next
 from controller.core.plan import RESTARTED
 from controller.core.state import STUCK, Phase, Record, backoff_cause
@@ -65,6 +74,10 @@ def cmd_restart(args: argparse.Namespace) -> int:
             # Older than SIGUSR1's pass, so (but for an hour's releases) than `restart`:
             # waiting the 10 minutes for it said nothing the operator could act on.
             print(_older_daemon(daemon), file=sys.stderr)
+            return EXIT_OK if args.no_wait else EXIT_FAIL
+        if stopped(daemon):  # its lock held, nothing done: waiting 10 minutes said nothing
+            then = f"it restarts {', '.join(names)} once it runs again; the request is kept"
+            print(f"reconcile: {stopped_daemon(daemon)}: {then}", file=sys.stderr)
             return EXIT_OK if args.no_wait else EXIT_FAIL
         when = "now" if woken else "at its next resync"
         print(f"the daemon (pid {daemon}) restarts it {when}", file=sys.stderr)
