@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
-from typing import TYPE_CHECKING, ParamSpec, Protocol
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
 from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
@@ -110,6 +110,7 @@ AUTOSCALE_PERIOD = 0.5  # seconds between looks at the load of autoscaled deploy
 
 Reload = Callable[[], Config]
 P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class FrontDoor(Protocol):
@@ -121,6 +122,9 @@ class FrontDoor(Protocol):
     def start(self, request_pass: Callable[[], None]) -> None: ...
     def after_pass(self, result: PassResult, seconds: float) -> None: ...
     def drain(self, old: Record, new: Record | None) -> None: ...
+    def ask_drain(self, old: Record, new: Record | None) -> bool: ...
+    def drain_answered(self, old: Record) -> bool: ...
+    def end_drain(self, old: Record) -> None: ...
     def reload(self, config: Config) -> None: ...
     def stop(self) -> None: ...
 
@@ -283,6 +287,7 @@ class Daemon:
         if self.front is not None:
             reconciler.after_pass.append(_guarded(self.front.after_pass))
             reconciler.executor.launcher.drain = _guarded(self.front.drain)
+            reconciler.executor.launcher.drains = GuardedDrains(self.front)
 
     def _fetch_done(self) -> None:  # the fetch's thread
         with self._events:
@@ -791,6 +796,31 @@ def _guarded(hook: Callable[P, None]) -> Callable[P, None]:
             log.error("gateway hook failed", error=str(exc) or type(exc).__name__)
 
     return call
+
+
+class GuardedDrains:
+    """The gateway's drains for the deferred stops (``Launcher.begin``): a gateway fault
+    is said and the stop goes on undrained, as ``_guarded``'s."""
+
+    def __init__(self, front: FrontDoor) -> None:
+        self.front = front
+
+    def ask_drain(self, old: Record, new: Record | None) -> bool:
+        return self._guard(lambda: self.front.ask_drain(old, new), False)
+
+    def drain_answered(self, old: Record) -> bool:
+        return self._guard(lambda: self.front.drain_answered(old), True)
+
+    def end_drain(self, old: Record) -> None:
+        self._guard(lambda: self.front.end_drain(old), None)
+
+    @staticmethod
+    def _guard(call: Callable[[], T], fault: T) -> T:
+        try:
+            return call()
+        except Exception as exc:
+            log.error("gateway drain failed", error=str(exc) or type(exc).__name__)
+            return fault
 
 
 def _until(when: datetime, now: datetime) -> float:

@@ -63,6 +63,26 @@ from controller.store.side import scale
 # old one's grace period). The daemon injects the gateway's; without one, nothing waits.
 GatewayDrain = Callable[[Record, Record | None], None]
 
+
+class GatewayDrains(Protocol):
+    """The daemon's drains, part of its deferred stops (``begin``): asked, then looked at
+    by each later pass, never waited for (the gateway's keeper)."""
+
+    def ask_drain(self, old: Record, new: Record | None) -> bool:
+        """Route nothing more to ``old`` (``new`` takes its requests); False: nothing
+        routes to it, nothing to wait for."""
+        ...
+
+    def drain_answered(self, old: Record) -> bool:
+        """Its requests in flight ended (or the gateway's share of its grace did)."""
+        ...
+
+    def end_drain(self, old: Record) -> None: ...
+
+
+# Seconds past a drained engine's grace period for the gateways' answers (a poll or two),
+# as the gateway keeper's blocking drain gives them (``registry.DRAIN_SLACK``).
+DRAIN_SLACK = 2.0
 LATE_SWEEP_POLL = 0.05  # seconds between the sweeps of a dead reservation's late engine
 
 T = TypeVar("T")
@@ -110,6 +130,7 @@ class Launcher:
     log_keep: int = logfiles.DEFAULT_KEEP
     memory: MemoryGate = field(default_factory=MemoryGate)  # NVML's word before a start
     drain: GatewayDrain = no_drain
+    drains: GatewayDrains | None = None  # the daemon's: a deferred stop's drain (``begin``)
     puller: Puller | None = None  # told when a start uses its entry's pulled files
     reserve: Reserve = no_reserve  # how a start takes its devices and port
     # The daemon's: a stop signals and goes on, a later pass finishes it (``stop``), so
@@ -125,6 +146,8 @@ class Launcher:
         # The deferred teardowns this launcher signalled: name -> (the action, its nonce),
         # what their end does (``_ended``: drop the record, Pending, Idle, BackOff...).
         self._stopping: dict[str, tuple[Deferred, str | None]] = {}
+        # Those of them draining, not yet signalled (``_drain``): name -> nonce.
+        self._draining: dict[str, str | None] = {}
 
     # -- starting -----------------------------------------------------------------
 
@@ -354,8 +377,15 @@ class Launcher:
         """The gateway's drain of ``rec`` before its teardown, once that teardown would not
         be refused: a gateway keeps a drained instance out of its rotation while its
         record stays, so a refusal after the drain left a running engine unrouted.
-        Refused (NotProvenOurs), the record is kept as ``tear`` keeps it, undrained."""
+        Refused (NotProvenOurs), the record is kept as ``tear`` keeps it, undrained.
+        The daemon's (``drains``) is only asked here: ``begin`` marks the record
+        Terminating and signals nothing; a later pass signals it once the drain is over
+        (``_finish``), so no stream in flight holds up the daemon's pass."""
         self.tear(rec, verb, reason, lambda: self.backend.prove_ours(rec))
+        if self.defer_stops and self.drains is not None and not self.backend.stopped(rec):
+            if self.drains.ask_drain(rec, new):
+                self._draining[rec.name] = rec.nonce
+            return
         self.drain(rec, new)
 
     def _owner_of(self, pid: int) -> str | None:
@@ -426,14 +456,26 @@ class Launcher:
         later pass finishes it (``_finish``), woken by the engine's exit or the grace's
         end, and then does what ``action`` does after its teardown (``_ended``). False:
         not deferred (`--once`, `down`; an engine already gone; a backend that stops this
-        instance by ``teardown`` alone, nothing sent), which the caller runs as before."""
+        instance by ``teardown`` alone, nothing sent), which the caller runs as before.
+
+        Drained first (``_drain`` asked it): Terminating means draining, then signalled.
+        The gateway routes nothing more to it (it is not Ready), its requests in flight
+        go on, and ``backoff_until`` is the drain's end; a later pass signals it once the
+        gateway's answer came or that end passed, and its grace runs from then."""
+        draining = self._is_draining(rec)
         if not self.defer_stops or self.backend.stopped(rec):
+            if draining:
+                self._end_drain(rec)  # gone meanwhile: its teardown runs now
             return False  # nothing to wait for: the teardown's sweep is quick
-        until = self.maker.now() + timedelta(seconds=rec.grace_seconds)
+        grace = rec.grace_seconds + (DRAIN_SLACK if draining else 0.0)
+        until = self.maker.now() + timedelta(seconds=grace)
         marked = replace(rec, phase=Phase.TERMINATING, message=action.reason, backoff_until=until)
         self._mark_terminating(marked)
         if point is not None:
             failpoints.hit(point)
+        if draining:
+            self._stopping[rec.name] = (action, rec.nonce)
+            return True
         if not self.tear(rec, action.verb, action.reason, lambda: self.backend.signal_stop(rec)):
             return False
         # Journalled once, at its end, as a teardown that waited was: the record says it now.
@@ -456,6 +498,12 @@ class Launcher:
                 self._stopped(rec, action)
                 return True
             began = self._stopping[rec.name] = (action, rec.nonce)
+        elif self._is_draining(rec):
+            if not self._drain_over(rec):
+                return False
+            self._end_drain(rec)
+            if not self.backend.stopped(rec):
+                return self._signal_drained(rec, began[0])
         over = rec.backoff_until is not None and self.maker.now() >= rec.backoff_until
         if not over and not self.backend.stopped(rec):
             return False
@@ -464,6 +512,35 @@ class Launcher:
         self.tear(rec, first.verb, first.reason, lambda: self.backend.teardown(spent))
         self._stopping.pop(rec.name, None)
         self._ended(rec, first)
+        return True
+
+    def _is_draining(self, rec: Record) -> bool:
+        return rec.name in self._draining and self._draining[rec.name] == rec.nonce
+
+    def _drain_over(self, rec: Record) -> bool:
+        """The drain of ``rec`` may end: the gateway answered, its time is up, or its
+        engine is gone (a crash while it drained)."""
+        up = rec.backoff_until is not None and self.maker.now() >= rec.backoff_until
+        answered = self.drains is None or self.drains.drain_answered(rec)
+        return up or answered or self.backend.stopped(rec)
+
+    def _end_drain(self, rec: Record) -> None:
+        self._draining.pop(rec.name, None)
+        if self.drains is not None:
+            self.drains.end_drain(rec)
+
+    def _signal_drained(self, rec: Record, action: Deferred) -> bool:
+        """A drained engine's stop signal: its whole grace from now (``backoff_until``)."""
+        until = self.maker.now() + timedelta(seconds=rec.grace_seconds)
+        self._mark_terminating(replace(rec, backoff_until=until))
+        # Not proven ours (NotProvenOurs): a later pass signals it as one it did not begin.
+        began = self._stopping.pop(rec.name)
+        if self.tear(rec, action.verb, action.reason, lambda: self.backend.signal_stop(rec)):
+            self._stopping[rec.name] = began
+            return True
+        # Nothing sent (it ended meanwhile): the teardown's sweep, and the action's end.
+        self.tear(rec, action.verb, action.reason, lambda: self.backend.teardown(rec))
+        self._ended(rec, action)
         return True
 
     def _ended(self, rec: Record, action: Deferred) -> None:
@@ -497,6 +574,7 @@ class Launcher:
     def carry_stops(self, before: Launcher) -> None:
         """The deferred stops a launcher this one replaces (a reload) had begun."""
         self._stopping.update(before._stopping)
+        self._draining.update(before._draining)
 
     def _stopped(self, rec: Record, action: Stop) -> None:
         """After a stop's teardown: the record dropped, or Pending for what replaces it."""

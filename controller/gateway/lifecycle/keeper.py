@@ -16,6 +16,9 @@ engines do. The keeper, in the daemon:
   the operator's stop wins over a restart under way or due;
 - turns the gateway's wake-ups (a datagram on ``<state>/gateway/daemon.sock``) into
   ``request_pass``;
+- ``ask_drain``, ``drain_answered``, ``end_drain``: the daemon's deferred stops' drain
+  (``launcher.py`` ``begin``), asked, looked at by each pass and never waited for: an
+  answer asks for a pass;
 - ``drain``: ``registry.drain`` (the CLI's stops call it too): asks every live gateway
   to retire an engine (``retire/``) and waits for each one's answer (bounded by the
   engine's grace period), woken by the watch of ``retire/`` (``store/watch.py``,
@@ -119,6 +122,8 @@ class Keeper:
         self._answers = threading.Condition()  # retire/'s watch: a gateway answered a drain
         self._answered = 0  # answers seen by the watch so far (drains wait for a change)
         self._retire_watch: FolderWatch | None = None
+        # The drains asked and not yet ended (``ask_drain``): nonce -> the gateways asked.
+        self._asked: dict[str, list[registry.GatewayInfo]] = {}
 
     # -- FrontDoor ---------------------------------------------------------------------
 
@@ -175,6 +180,28 @@ class Keeper:
         if not registry.drain(self.state_dir, old, new, wait):
             log.warning("gateway drain not answered in time", deployment=old.name)
 
+    def ask_drain(self, old: Record, new: Record | None) -> bool:
+        """``drain``'s ask, not waited for (the daemon's deferred stops): every live
+        gateway routes nothing more to ``old``; each answer asks for a pass, which looks
+        (``drain_answered``). False: no gateway serves, nothing to wait for."""
+        if self._retire_watch is not None:
+            self._retire_watch.rearm()
+        asked = registry.ask_drain(self.state_dir, old, new)
+        if asked and old.nonce is not None:
+            self._asked[old.nonce] = asked
+        return bool(asked)
+
+    def drain_answered(self, old: Record) -> bool:
+        """Every gateway ``ask_drain`` asked of ``old`` answered, or is gone."""
+        asked = self._asked.get(old.nonce or "", [])
+        return registry.drain_answered(self.state_dir, old.nonce or "", asked)
+
+    def end_drain(self, old: Record) -> None:
+        """The ask of ``old`` and its answers go (its engine is signalled now)."""
+        if old.nonce is not None:
+            self._asked.pop(old.nonce, None)
+            registry.drop_retire(self.state_dir, old.nonce)
+
     def _next_answer(self, seen: int, timeout: float) -> int:
         """Wait until the watch saw an answer after the ``seen``-th (or ``timeout``)."""
         with self._answers:
@@ -186,6 +213,7 @@ class Keeper:
         with self._answers:
             self._answered += 1
             self._answers.notify_all()
+        self._request_pass()  # a deferred stop's drain may be over: its pass signals it
 
     def reload(self, config: Config | None = None) -> None:
         """SIGHUP: settings changed in ``config`` (node.yaml) go to a new gateway that

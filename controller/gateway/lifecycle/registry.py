@@ -375,6 +375,23 @@ def drain(state_dir: Path, old: Record, new: Record | None, wait: Callable[[floa
         drop_retire(state_dir, nonce)
 
 
+def ask_drain(state_dir: Path, old: Record, new: Record | None) -> list[GatewayInfo]:
+    """``drain``'s ask alone, for the daemon's deferred stops: the live gateways asked to
+    retire ``old`` (none: no gateway serves, nothing to wait for). Whether each answered
+    is ``drain_answered``'s; ``drop_retire`` ends the ask."""
+    gateways = live(state_dir)
+    if not gateways or old.nonce is None:
+        return []
+    ask_retire(state_dir, old.nonce, old.name, new.name if new else None, old.grace_seconds)
+    return gateways
+
+
+def drain_answered(state_dir: Path, nonce: str, gateways: list[GatewayInfo]) -> bool:
+    """Every gateway ``ask_drain`` asked answered (its requests to the instance ended, or
+    its grace ran out), or is gone."""
+    return not _unanswered(state_dir, nonce, gateways)
+
+
 def _unanswered(state_dir: Path, nonce: str, gateways: list[GatewayInfo]) -> bool:
     return any(not ack_path(state_dir, nonce, g.nonce).exists() and g.alive() for g in gateways)
 

@@ -1,0 +1,53 @@
+"""A gateway drain before an engine's stop runs in the daemon's deferred stop, not in its
+pass: while one engine finishes a long stream, the daemon goes on (another engine's crash
+is restarted at once), and the stream still ends whole before its engine is signalled."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from clients import Stream
+
+from controller.store.statedir import StateDir
+
+WAIT = 60.0
+
+
+def test_a_crash_is_restarted_while_another_engine_drains_a_stream(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The drain of ``a`` (its spec changed, a stream in flight on it for ~30 s) held the
+    daemon's pass: ``b`` killed meanwhile was restarted only once the stream ended."""
+    slow = reconcile.demo_command(load_seconds="0", chunks="150", chunk_delay="0.2")  # ~30 s
+    reconcile.write("a", command=slow, stopGracePeriodSeconds=60)
+    reconcile.write("b", basePort=reconcile.port + 2)
+    g = gateway()
+    first = g.wait_phase("a", "Ready")["pid"]
+    old = g.wait_phase("b", "Ready")["pid"]
+    stream = Stream(g.port, "a")
+    reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
+    changed = reconcile.demo_command(load_seconds="0", chunks="3")  # a recreate: drained
+    reconcile.write("a", command=changed, stopGracePeriodSeconds=60)
+    retire = StateDir(reconcile.state).retire
+    reconcile.wait_for(
+        lambda: any(retire.glob("*.json")), timeout=WAIT, what="the gateway asked to drain a"
+    )
+    os.kill(old, signal.SIGKILL)
+
+    def restarted() -> bool:
+        b = reconcile.status().get("b", {})
+        return b.get("phase") == "Ready" and b.get("pid") not in (None, old)
+
+    reconcile.wait_for(restarted, timeout=WAIT, what="b restarted")
+    assert stream.thread.is_alive(), "b was restarted only once a's stream had ended"
+    stream.thread.join(timeout=WAIT)
+    assert stream.body.rstrip().endswith(b"data: [DONE]"), stream.body[-400:]
+
+    def recreated() -> bool:
+        a = reconcile.status().get("a", {})
+        return a.get("phase") == "Ready" and a.get("pid") not in (None, first)
+
+    reconcile.wait_for(recreated, timeout=WAIT, what="a Ready on its new spec")
+    g.finish()
