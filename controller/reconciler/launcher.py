@@ -563,13 +563,18 @@ class Launcher:
                 assert_never(action)
 
     def forget_stops(self, records: Mapping[str, Record]) -> None:
-        """Forget the deferred stops another finished (a `--once` or `down` beside the
-        daemon): their record is gone, or is another engine's (a new nonce). None of this
-        launcher's passes would finish them, and a daemon's launcher lives as long as it."""
+        """Forget the deferred stops and drains another finished (a `--once` or `down`
+        beside the daemon): their record is gone, or is another engine's (a new nonce). None
+        of this launcher's passes would finish them, and a daemon's launcher lives as long
+        as it."""
         for name, (_, nonce) in list(self._stopping.items()):
             rec = records.get(name)
             if rec is None or rec.nonce != nonce:
                 del self._stopping[name]
+        for name, nonce in list(self._draining.items()):  # a drain, likewise
+            rec = records.get(name)
+            if rec is None or rec.nonce != nonce:
+                del self._draining[name]
 
     def carry_stops(self, before: Launcher) -> None:
         """The deferred stops a launcher this one replaces (a reload) had begun."""
