@@ -379,15 +379,18 @@ def test_a_client_gone_during_the_first_pass_wait_has_its_key_as_model_logged_as
         assert front is not None
         body = json.dumps({"model": KEY}).encode()
         raw = request("POST", "/v1/chat/completions", body, {"x-api-key": KEY})
+
+        async def waiters() -> int:  # those awaiting the first pass (asyncio.Event's own)
+            return len(front.table.loaded._waiters)  # type: ignore[attr-defined]
+
+        def waiting() -> int:
+            return asyncio.run_coroutine_threadsafe(waiters(), g.loop).result(5)
+
+        before = waiting()
         with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
             client.sendall(raw)
-
-            async def waiting() -> bool:  # the request's handler awaits the first pass
-                return bool(getattr(front.table.loaded, "_waiters", None))
-
             reconcile.wait_for(
-                lambda: asyncio.run_coroutine_threadsafe(waiting(), g.loop).result(5),
-                what="the request waiting for the first pass",
+                lambda: waiting() > before, what="the request waiting for the first pass"
             )
         path = requestlog.path_in(reconcile.state)
         (line,) = reconcile.wait_for(lambda: requestlog.read_lines(path), what="a line logged")
