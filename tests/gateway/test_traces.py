@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -305,6 +307,101 @@ def test_an_unknown_model_that_is_a_key_or_not_utf_8_is_traced_and_logged_safely
     for one in path.parent.glob("requests.jsonl*"):
         assert not leaked(one.read_bytes().decode("latin-1"), [KEY]), one
     assert not leaked(repr(receiver.spans), [KEY]), receiver.spans
+
+
+def test_a_key_longer_than_the_shown_cut_sent_as_the_model_is_still_named_by_its_label(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    """A multipart upload's model was cut to 512 characters as the form was read: a longer
+    key sent as the model was no longer one of the gateway's keys, and its first 256
+    characters went to the request log and the trace collector. A long key in a JSON body
+    is named by its label too."""
+    long_json = ("Qz7WvKpLmRtYuXnJhGNS" * 16)[:300]  # no hex run, no word (see KEY)
+    long_form = ("WvKpLmRtYuXnJhGNSQz7" * 40)[:700]
+    reconcile.write("alpha", command=reconcile.demo_command())
+    keys = reconcile.tmp / "keys.txt"
+    keys.write_text(f"{KEY}\n{long_json}\n{long_form}\n")
+    os.chmod(keys, 0o600)
+    g = gateway("--api-keys", str(keys), env=otel_env(receiver))
+    g.wait_phase("alpha", "Ready")
+    mark = "b0undary"
+    form = (
+        f'--{mark}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{long_form}\r\n'
+        f'--{mark}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+        f"Content-Type: audio/wav\r\n\r\nRIFF\r\n--{mark}--\r\n"
+    ).encode()
+    sent = {
+        long_json: ("/v1/chat/completions", json.dumps({"model": long_json}).encode(), {}),
+        long_form: (
+            "/v1/audio/transcriptions",
+            form,
+            {"Content-Type": f"multipart/form-data; boundary={mark}"},
+        ),
+    }
+    for n, (model, (path, body, extra)) in enumerate(sent.items()):
+        trace_id = f"{TRACE_ID[:-1]}{n}"
+        headers = {"x-api-key": KEY, "traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01", **extra}
+        answer = g.request("POST", path, body, headers)
+        assert answer.status == 404, answer
+        span = request_span(reconcile, receiver, trace_id)
+        label = hashlib.sha256(model.encode()).hexdigest()[:8]
+        assert span["attrs"].get("gen_ai.request.model") == f"(an API key: {label})", span
+    path = requestlog.path_in(reconcile.state)
+    logged = reconcile.wait_for(
+        lambda: len(lines := requestlog.read_lines(path)) == 2 and lines, what="2 lines logged"
+    )
+    labels = [f"(an API key: {hashlib.sha256(m.encode()).hexdigest()[:8]})" for m in sent]
+    assert [line["model"] for line in logged] == labels, logged
+    shown = reconcile("logs", "--requests", check=0).out
+    g.finish()
+    for one in path.parent.glob("requests.jsonl*"):
+        assert not leaked(one.read_bytes().decode("latin-1"), list(sent), 8), one
+    assert not leaked(shown, list(sent), 8), shown
+    assert not leaked(repr(receiver.spans), list(sent), 8), receiver.spans
+
+
+def test_a_client_gone_during_the_first_pass_wait_has_its_key_as_model_logged_as_its_label(
+    reconcile: Any,
+) -> None:
+    """The key check of an unknown model ran after the wait for the daemon's first pass: a
+    client that sent its key as the model and went away during that wait had the model
+    logged as sent. In process: no first pass comes, the client closes while it waits."""
+    keys = reconcile.tmp / "keys.txt"
+    keys.write_text(f"{KEY}\n")
+    os.chmod(keys, 0o600)
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    port = free_ports(1)
+    settings = Settings(host="127.0.0.1", port=port, state_dir=reconcile.state, api_keys=keys)
+    g = Gateway(settings)
+    g.start(lambda: None)
+    try:
+        front = g.front
+        assert front is not None
+        body = json.dumps({"model": KEY}).encode()
+        raw = request("POST", "/v1/chat/completions", body, {"x-api-key": KEY})
+
+        async def waiters() -> int:  # those awaiting the first pass (asyncio.Event's own)
+            return len(front.table.loaded._waiters)  # type: ignore[attr-defined]
+
+        def waiting() -> int:
+            return asyncio.run_coroutine_threadsafe(waiters(), g.loop).result(5)
+
+        before = waiting()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(raw)
+            reconcile.wait_for(
+                lambda: waiting() > before, what="the request waiting for the first pass"
+            )
+        path = requestlog.path_in(reconcile.state)
+        (line,) = reconcile.wait_for(lambda: requestlog.read_lines(path), what="a line logged")
+        label = hashlib.sha256(KEY.encode()).hexdigest()[:8]
+        assert line["model"] == f"(an API key: {label})", line
+    finally:
+        g.stop()
+    for one in path.parent.glob("requests.jsonl*"):
+        assert not leaked(one.read_bytes().decode("latin-1"), [KEY], 8), one
+    shown = reconcile("logs", "--requests", check=0).out
+    assert not leaked(shown, [KEY], 8) and label in shown, shown
 
 
 def test_a_path_the_gateway_does_not_route_is_not_the_span_s_name(

@@ -167,3 +167,28 @@ def test_a_gateways_reading_of_the_records_outlives_a_folder_of_another_state_di
     assert watch.stamp() == stamp and watch.record("web") is not None
     rc.down()
     assert watch.stamp() is not None, "its own folder emptied by `down` is read as such"
+
+
+def test_an_id_file_made_readable_is_kept_and_one_others_may_change_says_chmod(
+    reconcile: Any,
+) -> None:
+    """The id file shared the secrets' rule: made 0644 by hand, every pass failed, and
+    its error said to remove it, after which the engines running were another state
+    dir's. The id is no secret (each engine's environment carries it): a readable one is
+    kept; one others may change is refused with `chmod 600`, never a removal."""
+    rc = reconcile
+    pid = _ready(rc)
+    id_file = rc.state / "id"
+    id_file.chmod(0o644)
+    rc.once()
+    assert rc.pids("web") == {pid}
+    _carries_the_id(rc, pid)
+    id_file.chmod(0o666)
+    refused = rc.once(check=1)
+    assert f"has mode 0666: others could change it. Run `chmod 600 {id_file}`" in refused.err
+    assert "do not remove it" in refused.err and "Remove it" not in refused.err, str(refused)
+    assert "Traceback" not in refused.err and rc.pids("web") == {pid}, str(refused)
+    id_file.chmod(0o600)
+    rc.once()
+    assert rc.pids("web") == {pid}
+    rc.down()

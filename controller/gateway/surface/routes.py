@@ -354,24 +354,28 @@ class Front:
         if isinstance(parsed, Response):
             return "-", parsed
         body, fields, model = parsed
-        incoming.meter.model = model
+        # Judged before the first pass's wait: a client gone during it is logged by this.
+        incoming.meter.model = model if model in self.table.pools else self._logged(model)
         if isinstance(body, bytes):
             body, incoming.meter.strip = usage.ask(body, fields, incoming.path)
         if model is None:  # an upload has its model: this body is bytes
             why = bodies.no_model(body if isinstance(body, bytes) else b"")
             return "-", error(400, why, "invalid_request")
-        if model not in self.table.pools and not await self._known(model):
-            incoming.meter.model = self._logged(model)
-            return "-", self._unknown(model)
+        if model not in self.table.pools:
+            if not await self._known(model):
+                return "-", self._unknown(model)
+            incoming.meter.model = model  # routable: a deployment's name, kept as sent
         if not wants_stream(fields):
             return await self.forwarder.serve(incoming, body, fields, (model,))
         return await self._streamed(incoming, body, fields, model)
 
-    def _logged(self, model: str) -> str:
+    def _logged(self, model: str | None) -> str | None:
         """An unknown model's name as the request log and the request's span keep it: cut
         long, UTF-8 (a lone surrogate, which JSON's ``\\ud800`` gives, failed the span's
         encoding with a traceback in the log each time), and never one of the gateway's
         keys (a client that sent its key as the model): that key's label instead."""
+        if model is None:
+            return None
         text = model.encode("utf-8", "backslashreplace").decode()  # a key is ASCII
         label = self.keys.match(text) if self.keys is not None else None
         return shown(text) if label is None else f"(an API key: {label})"

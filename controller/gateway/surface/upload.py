@@ -17,7 +17,6 @@ from typing import Protocol
 from controller.gateway.http.messages import Body
 
 SCAN_MAX = 1024 * 1024  # bytes read at most to find the model field
-MODEL_MAX = 512  # characters of a model name
 _BOUNDARY = re.compile(r'boundary="?([^";]+)"?', re.IGNORECASE)
 _NAME = re.compile(rb'\bname="([^"]*)"', re.IGNORECASE)
 
@@ -55,7 +54,9 @@ def scan(head: bytes, mark: bytes) -> Scan:
             continue
         if _field_name(headers) == b"model":
             text = value.decode("utf-8", errors="replace").strip()
-            return Scan(text[:MODEL_MAX] or None, True)
+            # Whole (SCAN_MAX bounds it): a key sent as the model, cut, was no longer
+            # recognised as one, and its head was logged (routes.py's _logged cuts after).
+            return Scan(text or None, True)
     closed = len(segments) > 1 and segments[-1].startswith(b"--")
     return Scan(None, closed or len(head) > SCAN_MAX)
 

@@ -30,6 +30,10 @@ class PrivateFile:
     path: Path
     what: str  # "access token": how its errors name it
     remedy: str  # what removing it does: "the daemon makes a new one at start"
+    # False for a file others may read but never change nor replace (the state dir's id,
+    # which every engine's environment carries): its errors say to chmod or chown it,
+    # since removing it loses what it holds.
+    secret: bool = True
 
     def read(self) -> str:
         """Its text; FileNotFoundError when there is none yet, PrivateFileError when it is
@@ -80,6 +84,9 @@ class PrivateFile:
 
     def _check(self, info: os.stat_result) -> None:
         mode = stat.S_IMODE(info.st_mode)
+        if not self.secret:
+            self._check_kept(info.st_uid, mode)
+            return
         if info.st_uid != os.geteuid():
             raise PrivateFileError(
                 f"{self.what} {self.path} is owned by uid {info.st_uid}, not this user "
@@ -89,6 +96,20 @@ class PrivateFile:
             raise PrivateFileError(
                 f"{self.what} {self.path} has mode {mode:04o}: others could read it. Remove "
                 f"it ({self.remedy}; the old one is then refused)"
+            )
+
+    def _check_kept(self, uid: int, mode: int) -> None:
+        """A file that is no secret: refused only when another user may change it."""
+        keep = f"do not remove it: {self.remedy}"
+        if uid != os.geteuid():
+            raise PrivateFileError(
+                f"{self.what} {self.path} is owned by uid {uid}, not this user "
+                f"({os.geteuid()}): run `chown {os.geteuid()} {self.path}` as root ({keep})"
+            )
+        if mode & 0o022:
+            raise PrivateFileError(
+                f"{self.what} {self.path} has mode {mode:04o}: others could change it. Run "
+                f"`chmod 600 {self.path}` ({keep})"
             )
 
     def _unreadable(self, exc: OSError) -> str:

@@ -1,4 +1,5 @@
-"""The state dir's identity: ``<state>/id`` (0600), a random id made once with the dir.
+"""The state dir's identity: ``<state>/id`` (made 0600; readable by others is accepted, it is
+no secret: writable by others is refused), a random id made once with the dir.
 
 An engine carries its state dir's path (``RECONCILE_STATE``) and this id
 (``RECONCILE_STATE_ID``). The path alone cannot tell this state dir from another one at
@@ -29,7 +30,9 @@ REMEDY = (
 
 
 def _file(state_dir: Path) -> PrivateFile:
-    return PrivateFile(StateDir(state_dir).state_id, "state dir id", REMEDY)
+    # No secret (each engine's environment carries it): read by others is no harm, changed
+    # by others is (a dir made to look replaced, refused), so only writing is refused.
+    return PrivateFile(StateDir(state_dir).state_id, "state dir id", REMEDY, secret=False)
 
 
 def ensure(state_dir: Path) -> str:
