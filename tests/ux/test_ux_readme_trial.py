@@ -5,6 +5,9 @@ Found by typing README's manifest by hand: a line indented too little (`spec:`, 
 `engine:` at column 0; `devices:`, then `count:` beside it) fell out of the mapping above
 into its parent and got "unknown field (check the spelling; ...)", though the spelling was
 right: the error now names the mapping it belongs to, its line, and says to indent it.
+README's manifest copied with its Markdown fence (```yaml) got PyYAML's "found character
+that cannot start any token" alone; one copied from a web page, indented with no-break
+spaces, got "indented deeper than the key above it" on the line after the one pasted.
 """
 
 from __future__ import annotations
@@ -55,3 +58,33 @@ def test_a_misspelt_field_still_gets_its_did_you_mean(reconcile: Any) -> None:
     bad.write_text(HEAD + "spec:\n  engine: command\n  comand: [x]\n  readiness:\n")
     result = reconcile("validate", check=1)
     assert f"{bad}:7: spec.comand: unknown field: did you mean `command`?" in result.err, result
+
+
+SPEC = "spec:\n  engine: command\n  command: [x]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param(
+            "```yaml\n" + HEAD + SPEC + "```\n",
+            ":1: invalid YAML: found character that cannot start any token (a Markdown code "
+            "fence: keep only the lines between the fences)",
+            id="a-readme-block-with-its-fence",
+        ),
+        pytest.param(
+            HEAD + "spec:\n\u00a0 engine: command\n  command: [x]\n",
+            ":6: invalid YAML: mapping values are not allowed in this context (a U+00A0 space "
+            "at column 1, pasted from a page: YAML indents with plain spaces only: retype the "
+            "indent)",
+            id="an-indent-of-no-break-spaces",
+        ),
+    ],
+)
+def test_a_manifest_pasted_from_a_page_names_what_the_paste_left(
+    reconcile: Any, text: str, said: str
+) -> None:
+    bad = reconcile.manifests / "web.yaml"
+    bad.write_text(text, encoding="utf-8")
+    result = reconcile("validate", check=1)
+    assert f"{bad}{said}" in result.err, result
