@@ -8,6 +8,8 @@ right: the error now names the mapping it belongs to, its line, and says to inde
 README's manifest copied with its Markdown fence (```yaml) got PyYAML's "found character
 that cannot start any token" alone; one copied from a web page, indented with no-break
 spaces, got "indented deeper than the key above it" on the line after the one pasted.
+`-f manifests/web.yml` beside `web.yaml` (or `-f manifest` beside `manifests`) said only
+"does not exist": it now says which name was likely meant.
 """
 
 from __future__ import annotations
@@ -88,3 +90,25 @@ def test_a_manifest_pasted_from_a_page_names_what_the_paste_left(
     bad.write_text(text, encoding="utf-8")
     result = reconcile("validate", check=1)
     assert f"{bad}{said}" in result.err, result
+
+
+def test_a_missing_path_one_slip_from_a_real_one_gets_a_did_you_mean(reconcile: Any) -> None:
+    reconcile.write("web")
+    folder = reconcile.manifests
+    yml = reconcile("validate", "-f", str(folder / "web.yml"), check=1)
+    said = f"manifest file {folder}/web.yml does not exist (did you mean {folder}/web.yaml?)"
+    assert said in yml.err, yml
+    once = reconcile("--once", "-f", f"{folder}/web.yml", check=1)
+    assert said in once.err and "nothing pruned" in once.err, once
+    typo = reconcile("validate", "-f", str(folder)[:-1], check=1)
+    said = f"manifests folder {str(folder)[:-1]} does not exist (did you mean {folder}?)"
+    assert said in typo.err, typo
+
+
+def test_a_missing_folder_is_offered_a_folder_not_a_file(reconcile: Any) -> None:
+    """A near name of the other kind (a file for a folder) is no near miss."""
+    (reconcile.tmp / "prod.yaml").write_text("# not a folder\n")
+    (reconcile.tmp / "prod-yam").mkdir()
+    result = reconcile("validate", "-f", str(reconcile.tmp / "prodyaml"), check=1)
+    said = f"manifests folder {reconcile.tmp / 'prodyaml'} does not exist"
+    assert f"{said} (did you mean {reconcile.tmp / 'prod-yam'}?)" in result.err, result

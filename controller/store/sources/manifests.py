@@ -610,7 +610,9 @@ def _selected_with(result: LoadResult, first: Entry, entry: Entry) -> Entry | No
 def missing_text(path: str) -> str:
     """A missing ``-f`` path in words: `-f web.yaml` names a manifest file, not a folder."""
     what = "manifest file" if path.endswith(SUFFIXES) else "manifests folder"
-    return f"{what} {path} does not exist"
+    from controller.store.sources.nearmiss import near_path  # read only when one is missing
+
+    return f"{what} {path} does not exist{near_path(path)}"
 
 
 def is_single_file(path: Path) -> bool:
