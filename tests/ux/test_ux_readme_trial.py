@@ -9,7 +9,9 @@ README's manifest copied with its Markdown fence (```yaml) got PyYAML's "found c
 that cannot start any token" alone; one copied from a web page, indented with no-break
 spaces, got "indented deeper than the key above it" on the line after the one pasted.
 `-f manifests/web.yml` beside `web.yaml` (or `-f manifest` beside `manifests`) said only
-"does not exist": it now says which name was likely meant.
+"does not exist": it now says which name was likely meant. README's manifest with
+`command:` under `engine: vllm` (only `engine: command` takes one) was reported on the
+`spec:` line, not the `command:` one, with no next move.
 """
 
 from __future__ import annotations
@@ -112,3 +114,19 @@ def test_a_missing_folder_is_offered_a_folder_not_a_file(reconcile: Any) -> None
     result = reconcile("validate", "-f", str(reconcile.tmp / "prodyaml"), check=1)
     said = f"manifests folder {reconcile.tmp / 'prodyaml'} does not exist"
     assert f"{said} (did you mean {reconcile.tmp / 'prod-yam'}?)" in result.err, result
+
+
+def test_a_field_a_check_across_the_spec_refuses_is_shown_on_its_own_line(
+    reconcile: Any,
+) -> None:
+    bad = reconcile.manifests / "web.yaml"
+    bad.write_text(HEAD + "spec:\n  engine: vllm\n  model: m/m\n  command: [serve]\n")
+    result = reconcile("validate", check=1)
+    said = (
+        f"{bad}:8: spec.command: spec.command is only for engine 'command', not 'vllm': add "
+        "flags to the vllm recipe's argv with spec.args, or set engine: command"
+    )
+    assert said in result.err, result
+    bad.write_text(HEAD + "spec:\n  engine: vllm\n  args: [--served-model-name, '{model}']\n")
+    result = reconcile("validate", check=1)
+    assert f"{bad}:7: spec.args: spec.args uses {{model}}, but" in result.err, result
