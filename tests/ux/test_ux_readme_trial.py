@@ -11,7 +11,8 @@ spaces, got "indented deeper than the key above it" on the line after the one pa
 `-f manifests/web.yml` beside `web.yaml` (or `-f manifest` beside `manifests`) said only
 "does not exist": it now says which name was likely meant. README's manifest with
 `command:` under `engine: vllm` (only `engine: command` takes one) was reported on the
-`spec:` line, not the `command:` one, with no next move.
+`spec:` line, not the `command:` one, with no next move. `history` and `rollback` on a
+node with no git source said so with no next move, where `source` gave one.
 """
 
 from __future__ import annotations
@@ -130,3 +131,15 @@ def test_a_field_a_check_across_the_spec_refuses_is_shown_on_its_own_line(
     bad.write_text(HEAD + "spec:\n  engine: vllm\n  args: [--served-model-name, '{model}']\n")
     result = reconcile("validate", check=1)
     assert f"{bad}:7: spec.args: spec.args uses {{model}}, but" in result.err, result
+
+
+@pytest.mark.parametrize("verb", [["source"], ["history"], ["rollback"], ["rollback", "--resume"]])
+def test_each_git_verb_on_a_node_with_no_git_source_says_the_next_move(
+    reconcile: Any, verb: list[str]
+) -> None:
+    result = reconcile(*verb, check=1)
+    said = (
+        f"reconcile: state dir {reconcile.state} follows no git source (start the daemon "
+        "with --git URL, or set git.url in node.yaml)\n"
+    )
+    assert result.err == said, result
