@@ -13,6 +13,8 @@ spaces, got "indented deeper than the key above it" on the line after the one pa
 `command:` under `engine: vllm` (only `engine: command` takes one) was reported on the
 `spec:` line, not the `command:` one, with no next move. `history` and `rollback` on a
 node with no git source said so with no next move, where `source` gave one.
+`reconcile --dry-run` exits 2 when a pass would change something (it is `plan`), but
+`reconcile --help`'s exit codes named 0, 1 and 64 only.
 """
 
 from __future__ import annotations
@@ -143,3 +145,11 @@ def test_each_git_verb_on_a_node_with_no_git_source_says_the_next_move(
         "with --git URL, or set git.url in node.yaml)\n"
     )
     assert result.err == said, result
+
+
+def test_the_exit_code_of_a_dry_run_is_in_the_help(reconcile: Any) -> None:
+    reconcile.write("web")
+    dry = reconcile("--dry-run", check=2)
+    assert "+ web" in dry.out, dry
+    codes = reconcile("--help", check=0).out.split("exit codes:")[1]
+    assert "\n  2   --dry-run: changes pending" in codes, codes
