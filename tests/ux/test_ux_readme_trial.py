@@ -14,14 +14,20 @@ spaces, got "indented deeper than the key above it" on the line after the one pa
 `spec:` line, not the `command:` one, with no next move. `history` and `rollback` on a
 node with no git source said so with no next move, where `source` gave one.
 `reconcile --dry-run` exits 2 when a pass would change something (it is `plan`), but
-`reconcile --help`'s exit codes named 0, 1 and 64 only.
+`reconcile --help`'s exit codes named 0, 1 and 64 only. `drain --ttl 1 hour` (the unit
+apart) got "unrecognized arguments: hour", and `--once --wait --timeout 10 minutes`
+argparse's list of verbs for `minutes`, neither saying a duration is one word.
 """
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import pytest
+
+from controller.cli import main as cli
+from controller.cli.mistyped import DURATION_FLAGS
 
 HEAD = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata:\n  name: web\n"
 
@@ -153,3 +159,44 @@ def test_the_exit_code_of_a_dry_run_is_in_the_help(reconcile: Any) -> None:
     assert "+ web" in dry.out, dry
     codes = reconcile("--help", check=0).out.split("exit codes:")[1]
     assert "\n  2   --dry-run: changes pending" in codes, codes
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        pytest.param(
+            ["drain", "--ttl", "1", "hour"],
+            "unrecognized arguments: hour: a duration is one word: write `--ttl 1h`",
+            id="after-a-verb",
+        ),
+        pytest.param(
+            ["--once", "--wait", "--timeout", "10", "minutes"],
+            "'minutes' is no verb: a duration is one word: write `--timeout 10m`",
+            id="taken-for-the-verb",
+        ),
+    ],
+)
+def test_a_durations_unit_left_apart_is_said_to_join_it(
+    reconcile: Any, args: list[str], said: str
+) -> None:
+    result = reconcile(*args, check=64)
+    assert said in result.err, result
+    after = reconcile("uncordon", check=0)  # a usage error drained nothing
+    assert "was not drained" in after.out + after.err, after
+
+
+def test_a_count_is_not_said_to_be_a_duration(reconcile: Any) -> None:
+    result = reconcile("logs", "web", "--tail", "5", "s", check=64)
+    assert "duration" not in result.err, result
+
+
+def test_the_duration_flags_are_those_the_parser_parses_as_durations() -> None:
+    found: set[str] = set()
+    parsers = [cli.build_parser()]
+    while parsers:
+        for action in parsers.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+            elif action.type in (cli.duration, cli.positive_duration):
+                found.add(max(action.option_strings, key=len))
+    assert found == DURATION_FLAGS
