@@ -92,6 +92,13 @@ SPEC = "spec:\n  engine: command\n  command: [x]\n"
             "indent)",
             id="an-indent-of-no-break-spaces",
         ),
+        pytest.param(
+            HEAD.replace("  name: web\n", '  name: web\n  labels: {a: "x\n\u00a0 y"}\n')
+            + "spec:\n  engine: command\n\tcommand: [x]\n",
+            ":9: invalid YAML: found a tab character that violates indentation (a tab at "
+            "column 1: YAML indents with spaces only)",
+            id="a-no-break-space-in-a-string-is-not-blamed",
+        ),
     ],
 )
 def test_a_manifest_pasted_from_a_page_names_what_the_paste_left(

@@ -85,6 +85,7 @@ def _colon_hint(row: str) -> str:
     return " (this line is indented deeper than the key above it: the keys of one mapping line up)"
 
 
+_KEY_OR_ITEM = re.compile(r"- |[\w.-]+:( |$)")  # what an indent leads to in a mapping
 _OFF_INDENT = ("did not find expected key", "did not find expected '-'", "expected <block end>")
 _KEY_SLIP = re.compile(r"\s*([A-Za-z_][\w.-]*):(\S.*)")  # `port:8000`, not `url: http://`
 
@@ -132,7 +133,7 @@ def _pasted(rows: list[str], line: int | None) -> tuple[int, str] | None:
         row = rows[number - 1]
         indent = row[: len(row) - len(row.lstrip())]
         odd = next((char for char in indent if char not in " \t"), None)
-        if odd is not None:
+        if odd is not None and _KEY_OR_ITEM.match(row[len(indent) :]):  # not a string's text
             column = indent.index(odd) + 1
             return number, (
                 f" (a U+{ord(odd):04X} space at column {column}, pasted from a page: "
