@@ -109,8 +109,11 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
 
 _EXIT_CODES: dict[str, tuple[str, ...]] = {
     "reconcile": (
-        "0   --once: in sync, everything placed; the daemon: stopped by SIGTERM/SIGINT",
-        "1   --once: an invalid manifest, a Pending or Failed deployment, or an error",
+        "0   --once: in sync, everything placed; --dry-run: nothing to change; the daemon: "
+        "stopped by SIGTERM/SIGINT",
+        "1   --once (or --dry-run): an invalid manifest, a Pending or Failed deployment, or an "
+        "error",
+        "2   --dry-run: changes pending, none of those (it is `plan`: its codes)",
     ),
     "plan": (
         "0   in sync",

@@ -696,7 +696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extras:  # argparse's own check, with the flag a slip was meant as
         from controller.cli.mistyped import unrecognized
 
-        parser.error(unrecognized(extras, _flags(parser, args.verb)))
+        parser.error(unrecognized(extras, _flags(parser, args.verb), parser.given))
     if getattr(args, "watch", False) or getattr(args, "follow", False):
         sys.stdout = plain  # a follower ends when its reader goes (BrokenPipeError below)
     _check_environment(parser, args)

@@ -78,6 +78,9 @@ def meant(
     slipped = _unknown_flag_before(word, given, flags)
     if slipped is not None:
         return unrecognized([slipped], flags)
+    apart = _unit_apart([word], given)
+    if apart is not None:  # `--timeout 10 minutes`: the unit was taken for the verb
+        return f"{word!r} is no verb: a duration is one word: write `{apart}`"
     if "/" in word or word.endswith((".yaml", ".yml")):  # `reconcile manifests/` (compose's -f)
         return f"{word!r} is no verb: give a folder or manifest with -f (`reconcile -f {word}`)"
     habit = HABITS.get(word.lower())
@@ -89,9 +92,25 @@ def meant(
     return message
 
 
-def unrecognized(extras: Sequence[str], flags: Sequence[str]) -> str:
-    """argparse's "unrecognized arguments" line, with the flag meant when one is a slip."""
+# The flags that take a duration (main.py's `duration` types; a test holds the two alike).
+DURATION_FLAGS = frozenset(
+    ("--ttl", "--timeout", "--resync", "--lock-timeout", "--interval", "--git-timeout")
+)
+# A duration's unit written as a word of its own (`--ttl 1 hour`): the letter it takes.
+UNIT_WORDS = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), "s"),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), "m"),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), "h"),
+}
+
+
+def unrecognized(extras: Sequence[str], flags: Sequence[str], given: Sequence[str] = ()) -> str:
+    """argparse's "unrecognized arguments" line, with the flag meant when one is a slip
+    (``given``: the command line, where a unit left apart follows its number)."""
     message = f"unrecognized arguments: {' '.join(extras)}"
+    apart = _unit_apart(extras, given)
+    if apart is not None:
+        return f"{message}: a duration is one word: write `{apart}`"
     # compared without the dashes every flag shares: with them `--once` is close to `--owner`
     names = {flag.removeprefix("--"): flag for flag in flags}
     for word in extras:
@@ -103,6 +122,15 @@ def unrecognized(extras: Sequence[str], flags: Sequence[str]) -> str:
         if habit is not None:
             return f"{message}: {habit}"
     return message
+
+
+def _unit_apart(extras: Sequence[str], given: Sequence[str]) -> str | None:
+    """``--ttl 1h`` for ``--ttl 1 hour``: a flag, a number, then a unit word left over."""
+    for flag, number, unit in zip(given, given[1:], given[2:], strict=False):
+        letter = UNIT_WORDS.get(unit.lower())
+        if letter and unit in extras and flag in DURATION_FLAGS and number.isdigit():
+            return f"{flag} {number}{letter}"
+    return None
 
 
 def _unknown_flag_before(word: str, given: Sequence[str], flags: Sequence[str]) -> str | None:

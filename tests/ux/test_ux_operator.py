@@ -143,8 +143,9 @@ def test_a_path_f_cannot_read_is_said_once(reconcile: Any) -> None:
             assert f"{path}: {said}: -f takes a folder or one manifest file" in str(done), done
     missing = rc.tmp / "manfests"
     once = rc("--once", "-f", str(missing), check=1)
-    line = f"error: manifests folder {missing} does not exist: nothing pruned (--allow-empty"
-    assert once.err == f"{line} to prune)\n", once
+    meant = f"(did you mean {rc.manifests}?)"
+    line = f"error: manifests folder {missing} does not exist {meant}: nothing pruned"
+    assert once.err == f"{line} (--allow-empty to prune)\n", once
 
 
 def test_errors_say_what_to_write(reconcile: Any) -> None:

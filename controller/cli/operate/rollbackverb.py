@@ -342,5 +342,9 @@ def _daemon_outcome(cfg: Config, deadline: float) -> int:
 
 
 def _no_source(cfg: Config) -> int:
-    print(f"reconcile: state dir {cfg.state_dir} follows no git source", file=sys.stderr)
+    print(  # the next move, as `reconcile source` says it
+        f"reconcile: state dir {cfg.state_dir} follows no git source"
+        " (start the daemon with --git URL, or set git.url in node.yaml)",
+        file=sys.stderr,
+    )
     return EXIT_FAIL

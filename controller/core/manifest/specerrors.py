@@ -47,7 +47,20 @@ def problems(
 def _problem(err: ErrorDetails, document: object, written: Written | None) -> Problem:
     path = _path(err["loc"], document)
     message = _message(err, path, written)
-    return Problem(path, message, err["type"] == "extra_forbidden")
+    return Problem(_field_named(message, path, document), message, err["type"] == "extra_forbidden")
+
+
+def _field_named(message: str, path: Loc, document: object) -> Loc:
+    """A check across a mapping's fields reports the mapping (`spec:`, its first line); one
+    whose message opens with a field written in it (`spec.command is only for ...`) is
+    about that field, whose line is the one to show."""
+    head = tuple(message.partition(" ")[0].split("."))
+    if len(head) != len(path) + 1 or head[:-1] != tuple(map(str, path)):
+        return path
+    node = document
+    for part in path:
+        node = _child(node, part)
+    return (*path, head[-1]) if _child(node, head[-1]) is not _MISSING else path
 
 
 def _message(err: ErrorDetails, path: Loc, written: Written | None = None) -> str:

@@ -792,7 +792,10 @@ class DeploymentSpec(Model):
         if self.engine == "command" and not self.command:
             raise ValueError("engine 'command' needs spec.command: an argv list, never a shell")
         if self.engine != "command" and self.command:
-            raise ValueError(f"spec.command is only for engine 'command', not {self.engine!r}")
+            raise ValueError(
+                f"spec.command is only for engine 'command', not {self.engine!r}: add flags "
+                f"to the {self.engine} recipe's argv with spec.args, or set engine: command"
+            )
         self._image_named()
         self._model_named()
         return self

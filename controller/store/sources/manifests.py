@@ -175,7 +175,7 @@ def _validation_errors(
     for problem in problems(exc, value, _written_in(text, lines)):
         message = problem.message
         if problem.unknown:
-            message = _unknown_field(problem.loc)
+            message = _unknown_field(problem.loc, value, lines)
         loc = problem.loc
         out.append(
             ManifestError(
@@ -238,8 +238,11 @@ def _argv_and_env(spec: dict[str, Any]) -> Iterable[tuple[Loc, object]]:
         yield from ((("spec", "env", key), item) for key, item in env.items())
 
 
-def _unknown_field(loc: Sequence[str | int]) -> str:
+def _unknown_field(loc: Sequence[str | int], value: object, lines: dict[Path_, int]) -> str:
     """An unknown field's message, with the known field it is one slip away from."""
+    under = _indented_out_of(tuple(loc), value, lines)
+    if under is not None:  # an exact name of the mapping above beats a near one here
+        return under
     known = fields_at(tuple(loc[:-1]))
     meant = did_you_mean(str(loc[-1]), known) if loc else None
     if meant is not None:
@@ -248,6 +251,39 @@ def _unknown_field(loc: Sequence[str | int]) -> str:
     if instead is not None:  # Kubernetes' `readinessProbe`, compose's `environment`
         return f"unknown field: reconcile's is {instead}"
     return "unknown field (check the spelling; `reconcile schema` lists fields)"
+
+
+def _indented_out_of(loc: Path_, value: object, lines: dict[Path_, int]) -> str | None:
+    """The mapping written above ``loc`` whose field it is: a line indented too little
+    (`spec:`, then `engine:` at column 0) falls out of that mapping into its parent."""
+    if not loc:
+        return None
+    parent, word, at = loc[:-1], str(loc[-1]), lines.get(loc)
+    held = _value_at(value, parent)
+    if not isinstance(held, dict) or at is None:
+        return None
+    above = [
+        (lines[(*parent, key)], key)
+        for key, inner in held.items()
+        if isinstance(key, str)
+        and (inner is None or (isinstance(inner, dict) and word not in inner))
+        and lines.get((*parent, key), at) < at
+        and word in fields_at((*parent, key))
+    ]
+    if not above:
+        return None
+    line, key = max(above)  # the nearest mapping above is the one it fell out of
+    owner = bounded.field_path((*parent, key))
+    return f"unknown field: it is a field of `{owner}` (line {line}): indent it under `{key}:`"
+
+
+def _value_at(value: object, path: Path_) -> object:
+    for part in path:
+        if isinstance(part, int):
+            value = value[part] if isinstance(value, list) and part < len(value) else None
+        else:
+            value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def load_file(
@@ -574,7 +610,9 @@ def _selected_with(result: LoadResult, first: Entry, entry: Entry) -> Entry | No
 def missing_text(path: str) -> str:
     """A missing ``-f`` path in words: `-f web.yaml` names a manifest file, not a folder."""
     what = "manifest file" if path.endswith(SUFFIXES) else "manifests folder"
-    return f"{what} {path} does not exist"
+    from controller.store.sources.nearmiss import near_path  # read only when one is missing
+
+    return f"{what} {path} does not exist{near_path(path)}"
 
 
 def is_single_file(path: Path) -> bool:

@@ -10,12 +10,33 @@ found no manifest at all.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import islice
 from pathlib import Path
+
+from controller.core.manifest.excerpt import did_you_mean
 
 SUFFIXES = (".yaml", ".yml")
 SHOWN = 3  # names a hint quotes: enough to recognise, short enough for a cron mail
 # What a pass and `plan` add to `no manifest in DIR (…)`: invariant 5, and the way out.
 NOTHING_PRUNED = "nothing pruned (--allow-empty to prune)"
+LOOKED_AT = 1000  # a missing path's neighbours read for a near one: /tmp may hold many
+
+
+def near_path(path: str) -> str:
+    """`` (did you mean manifests/web.yaml?)`` when a missing ``-f`` path is one slip from
+    a name its folder holds (`web.yml` beside `web.yaml`, `manifest` beside `manifests`);
+    "" otherwise."""
+    missing = Path(path)
+    try:
+        names = [c.name for c in islice(missing.parent.iterdir(), LOOKED_AT)]
+    except OSError:
+        return ""
+    file = missing.name.endswith(SUFFIXES)  # a file for a folder is no near miss, nor back
+    same_kind = (n for n in names if not n.startswith(".") and n.endswith(SUFFIXES) == file)
+    meant = did_you_mean(missing.name, same_kind)
+    if meant is None or (not file and not _is_dir(missing.parent / meant)):
+        return ""
+    return f" (did you mean {missing.parent / meant}?)"
 
 
 def no_manifest(

@@ -25,6 +25,9 @@ def syntax_error(exc: yaml.MarkedYAMLError, text: str) -> tuple[int | None, str]
     line = exc.problem_mark.line + 1 if exc.problem_mark else None
     opened = exc.context_mark.line + 1 if exc.context_mark else None
     problem = str(exc.problem)
+    pasted = _pasted(rows, line)
+    if pasted is not None:  # a README block copied with its fence, or a web page's spaces
+        return pasted[0], f"invalid YAML: {problem}{pasted[1]}"
     hint = _tab(rows, line) or _hint(problem, str(exc.context or ""), rows, line, opened)
     if _begun_above(exc):
         line = opened  # found past the end, or a line below: the slip is where it began
@@ -82,6 +85,7 @@ def _colon_hint(row: str) -> str:
     return " (this line is indented deeper than the key above it: the keys of one mapping line up)"
 
 
+_KEY_OR_ITEM = re.compile(r"- |[\w.-]+:( |$)")  # what an indent leads to in a mapping
 _OFF_INDENT = ("did not find expected key", "did not find expected '-'", "expected <block end>")
 _KEY_SLIP = re.compile(r"\s*([A-Za-z_][\w.-]*):(\S.*)")  # `port:8000`, not `url: http://`
 
@@ -115,3 +119,24 @@ def _tab(rows: list[str], line: int | None) -> str:
         return ""
     column = indent.index("\t") + 1
     return f" (a tab at column {column}: YAML indents with spaces only)"
+
+
+def _pasted(rows: list[str], line: int | None) -> tuple[int, str] | None:
+    """What copying from a page leaves that YAML cannot read, and its line: a Markdown
+    fence (```yaml) on the line of the error, or an indent of no-break or other Unicode
+    spaces on it or above it (YAML reads those as text, so the error comes a line late)."""
+    if line is None or not 0 < line <= len(rows):
+        return None
+    if rows[line - 1].lstrip().startswith(("```", "~~~")):
+        return line, " (a Markdown code fence: keep only the lines between the fences)"
+    for number in range(1, line + 1):
+        row = rows[number - 1]
+        indent = row[: len(row) - len(row.lstrip())]
+        odd = next((char for char in indent if char not in " \t"), None)
+        if odd is not None and _KEY_OR_ITEM.match(row[len(indent) :]):  # not a string's text
+            column = indent.index(odd) + 1
+            return number, (
+                f" (a U+{ord(odd):04X} space at column {column}, pasted from a page: "
+                "YAML indents with plain spaces only: retype the indent)"
+            )
+    return None
