@@ -1,4 +1,4 @@
-"""A state dir restored from a backup under running engines (`cp -a` back, the daemon again).
+"""A state dir restored from a backup under running engines (copied back in place; a daemon again).
 
 Its records are older than what runs: an engine started after the backup has no record,
 one the backup names has exited since (a crash restarted it as another engine), one it
@@ -77,8 +77,15 @@ def test_a_state_dir_restored_from_a_backup_starts_nothing_twice_and_kills_nothi
 
     # The restore, engines and the gateway running; gone's pid now another process's.
     foreign = rc.spawn([sys.executable, "-c", "import time; time.sleep(600)"])
-    shutil.rmtree(rc.state)
-    subprocess.run(["cp", "-a", str(backup), str(rc.state)], check=True)
+    # In place, as `rsync -a --delete backup/ state/` restores: the folder itself never
+    # missing (a gateway that finds its state dir gone stops by itself, which a restore by
+    # `rm -rf` and `cp -a` let the stray gateway do, under load, before the new one came).
+    for child in rc.state.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    subprocess.run(["cp", "-a", f"{backup}/.", str(rc.state)], check=True)
     path = rc.record_path("gone")
     rec = json.loads(path.read_text())
     rec["ref"]["pid"] = foreign.pid  # its start time the engine's: a pid reused
