@@ -28,6 +28,7 @@ import ssl
 import subprocess
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,8 +337,23 @@ def test_tls_1_2_offers_no_cbc_suite(pki: Pki, rsa: bool) -> None:
 
 def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> str | None:
     """The suite ``client`` and ``server`` agree on over a real connection, or None."""
+    with _served_once(server) as port:
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=WAIT) as raw,
+                client.wrap_socket(raw, server_hostname="localhost") as done,
+            ):
+                agreed = done.cipher()
+        except ssl.SSLError:
+            agreed = None
+    return None if agreed is None else agreed[0]
+
+
+@contextlib.contextmanager
+def _served_once(server: ssl.SSLContext) -> Iterator[int]:
+    """A port on which ``server`` takes one connection's handshake (in a thread), whatever
+    becomes of it, until the end."""
     with socket.create_server(("127.0.0.1", 0)) as listening:
-        port = listening.getsockname()[1]
 
         def serve() -> None:
             conn, _ = listening.accept()
@@ -347,15 +363,9 @@ def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> str | None:
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
         try:
-            with (
-                socket.create_connection(("127.0.0.1", port), timeout=WAIT) as raw,
-                client.wrap_socket(raw, server_hostname="localhost") as done,
-            ):
-                agreed = done.cipher()
-        except ssl.SSLError:
-            agreed = None
-        thread.join(timeout=WAIT)
-    return None if agreed is None else agreed[0]
+            yield listening.getsockname()[1]
+        finally:
+            thread.join(timeout=WAIT)
 
 
 def _tls_1_1_client(pki: Pki) -> ssl.SSLContext:
@@ -378,22 +388,12 @@ def _lenient_handshake(client: ssl.SSLContext, cert: Path, key: Path) -> str | N
         server.minimum_version = ssl.TLSVersion.TLSv1_1
     server.set_ciphers("DEFAULT:@SECLEVEL=0")
     server.load_cert_chain(cert, key)
-    with socket.create_server(("127.0.0.1", 0)) as listening:
-        port = listening.getsockname()[1]
-
-        def serve() -> None:
-            conn, _ = listening.accept()
-            with contextlib.suppress(OSError), server.wrap_socket(conn, server_side=True):
-                pass
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        with (
-            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as raw,
-            client.wrap_socket(raw, server_hostname="localhost") as tls,
-        ):
-            version = tls.version()
-        thread.join(timeout=WAIT)
+    with (
+        _served_once(server) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=WAIT) as raw,
+        client.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        version = tls.version()
     return version
 
 
