@@ -126,16 +126,16 @@ class Runtime:
     def storage(self) -> str:
         """Where the runtime keeps its images (podman's graph root, docker's root folder);
         "" when it cannot say."""
-        fmt = "{{.Store.GraphRoot}}" if self.name == "podman" else "{{.DockerRootDir}}"
-        try:
-            done = self.call("info", "--format", fmt)
-        except ContainerError:
-            return ""
-        return done.stdout.strip() if done.returncode == 0 else ""
+        return self._info("{{.Store.GraphRoot}}", "{{.DockerRootDir}}")
 
     def log_driver(self) -> str:
         """The log driver a container gets by default ("" when the runtime cannot say)."""
-        fmt = "{{.Host.LogDriver}}" if self.name == "podman" else "{{.LoggingDriver}}"
+        return self._info("{{.Host.LogDriver}}", "{{.LoggingDriver}}")
+
+    def _info(self, podman: str, docker: str) -> str:
+        """One field of the runtime's ``info`` (its template in podman's words or in
+        docker's), "" when it cannot say."""
+        fmt = podman if self.name == "podman" else docker
         try:
             done = self.call("info", "--format", fmt)
         except ContainerError:
