@@ -71,6 +71,9 @@ class PrivateFile:
         try:
             os.write(fd, (make() + "\n").encode())
             os.fsync(fd)
+        except OSError as exc:  # a full disk: the file named (a write's error names none)
+            tmp.unlink()
+            raise OSError(exc.errno, exc.strerror, str(where)) from exc
         finally:
             os.close(fd)
         try:
