@@ -20,6 +20,7 @@ from tests.git.test_git_notify import told
 from tests.hookreceiver import Receiver
 
 TOKEN = "tok-3141592653"
+TOKEN_SEEN = f"tok-{uuid.uuid4().hex}"  # this module's own: no other test's process holds it
 
 
 @pytest.fixture
@@ -67,8 +68,9 @@ class Watched(GitHTTP):
     """Notes, at each authorised request (its git waiting for the answer), the command line
     of every process on the box that holds the token."""
 
-    def __init__(self, root: Path, user: str, token: str) -> None:
+    def __init__(self, root: Path, user: str, token: str, *, seen: str = TOKEN_SEEN) -> None:
         super().__init__(root, user, token)
+        self.seen = seen
         self.requests = 0
         self.shown: list[str] = []
 
@@ -76,11 +78,8 @@ class Watched(GitHTTP):
         self.requests += 1
         for proc in psutil.process_iter(["cmdline"]):
             argv = " ".join(proc.info["cmdline"] or ())
-            if TOKEN_SEEN in argv:
+            if self.seen in argv:
                 self.shown.append(f"pid {proc.pid}: {argv}")
-
-
-TOKEN_SEEN = f"tok-{uuid.uuid4().hex}"  # this module's own: no other test's process holds it
 
 
 def test_a_url_s_token_is_on_no_command_line_while_git_fetches(
@@ -101,6 +100,29 @@ def test_a_url_s_token_is_on_no_command_line_while_git_fetches(
         assert server.requests >= 2 and server.shown == [], (server.shown, out)
         assert reconcile.record("alpha")["revision"] == applied, out
         assert TOKEN_SEEN not in out.out + out.err, out
+        reconcile("down", *node, common=False, check=0)
+    finally:
+        server.stop()
+
+
+def test_a_token_given_as_the_url_s_user_is_on_no_command_line_while_git_fetches(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`https://TOKEN@host/ops.git` (a token as the user, no password) kept the token in the
+    URL on the command line of git and its git-remote-http, which any local user reads in
+    `ps`. The user goes through the credential helper as `user:token@` does."""
+    applied = remote.deploy("alpha")
+    token = f"tok-{uuid.uuid4().hex}"
+    server = Watched(remote.bare.parent, token, "", seen=token)
+    try:
+        reconcile.state.mkdir(parents=True, exist_ok=True)
+        url = f"http://{token}@127.0.0.1:{server.port}/remote.git"
+        (reconcile.state / "node.yaml").write_text(f"git:\n  url: {url}\n  path: manifests\n")
+        node = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+        out = reconcile("--once", *node, "--devices", reconcile.devices, common=False, check=0)
+        assert server.requests >= 2 and server.shown == [], (server.shown, out)
+        assert reconcile.record("alpha")["revision"] == applied, out
+        assert token not in out.out + out.err, out
         reconcile("down", *node, common=False, check=0)
     finally:
         server.stop()

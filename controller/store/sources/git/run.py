@@ -10,7 +10,7 @@ import re
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -63,7 +63,7 @@ def git(
         "GIT_CEILING_DIRECTORIES": os.path.realpath(Path(repo).parent),
     }
     verb = _verb(args)
-    args, credentials = _credentials_apart(args)
+    args, credentials = _credentials_apart(args, env)
     env.update(credentials)
     cmd = ["git", "-C", str(repo), "-c", "gc.auto=0", "-c", "advice.detachedHead=false", *args]
     with _dies_with_us() as keep:  # before git exists: a signal in between ends it too
@@ -183,27 +183,49 @@ _HELPER = (
 )
 
 
-def _credentials_apart(args: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
-    """``args`` with an http(s) URL's ``user:password@`` taken out, and the environment
-    that gives them to git through its credential helper. In the URL they were on the
-    command line of git and of its git-remote-https for the whole fetch, which every local
-    user reads (`ps`, /proc/PID/cmdline); a process's environment only its own user and
-    root may read."""
-    out, env = [], {}
+def _credentials_apart(
+    args: tuple[str, ...], environ: Mapping[str, str]
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """``args`` with an http(s) URL's ``user:password@`` (or ``user@``) taken out, and the
+    environment that gives them to git through its credential helper. In the URL they were
+    on the command line of git and of its git-remote-https for the whole fetch, which every
+    local user reads (`ps`, /proc/PID/cmdline); a process's environment only its own user
+    and root may read. ``environ``: the one git runs with (its own config there kept)."""
+    out, env, user_only = [], {}, False
     for arg in args:
         try:
             parts = urlsplit(arg)
         except ValueError:
             parts = None
-        if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.password:
+        if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.username:
             out.append(arg)
             continue
-        env["RECONCILE_GIT_USERNAME"] = unquote(parts.username or "")
-        env["RECONCILE_GIT_PASSWORD"] = unquote(parts.password)
+        env["RECONCILE_GIT_USERNAME"] = unquote(parts.username)
+        env["RECONCILE_GIT_PASSWORD"] = unquote(parts.password or "")
+        user_only = parts.password is None
         out.append(urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
     if not env:
         return args, env
+    if user_only:
+        return ("-c", f"credential.helper={_HELPER}", *out), env | _user_known(env, environ)
     return ("-c", "credential.helper=", "-c", f"credential.helper={_HELPER}", *out), env
+
+
+def _user_known(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """A URL's user with no password (a token as the user, `https://TOKEN@host/...`, or a
+    user whose password the user's own credential helper keeps, as Bitbucket's URLs name
+    one): git's ``credential.username``, set in its environment (never its command line),
+    so the user's helpers are asked for that user as before, and ours, asked last, answers
+    an empty password where none of theirs knows one."""
+    try:
+        count = int(environ.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        count = 0
+    return {
+        "GIT_CONFIG_COUNT": str(count + 1),
+        f"GIT_CONFIG_KEY_{count}": "credential.username",
+        f"GIT_CONFIG_VALUE_{count}": env["RECONCILE_GIT_USERNAME"],
+    }
 
 
 def _verb(args: tuple[str, ...]) -> str:
