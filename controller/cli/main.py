@@ -540,7 +540,8 @@ def _gateway_flags(parser: Parser) -> None:
     flag(
         "--tls-client-ca",
         metavar="FILE",
-        help="require a client certificate this CA signed ($RECONCILE_TLS_CLIENT_CA)",
+        help="require a client certificate this CA signed; its CRL in the file revokes "
+        "($RECONCILE_TLS_CLIENT_CA)",
     )
     flag("--max-body", type=int, metavar="BYTES", help="largest request body (32 MiB)")
     flag(

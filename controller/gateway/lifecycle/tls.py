@@ -1,5 +1,8 @@
 """TLS on the gateway: ``--tls-cert FILE --tls-key FILE`` (issue 39), and with
-``--tls-client-ca FILE`` a client certificate that CA signed required of every client.
+``--tls-client-ca FILE`` a client certificate that CA signed required of every client;
+a CRL in that file beside its CA (``openssl ca -gencrl``'s PEM) refuses the certificates
+it revokes, and once past its nextUpdate every certificate of that CA, as nginx's
+``ssl_crl`` does (``tlsaccept.py`` says which in the log).
 
 The gateway then speaks HTTPS only, TLS 1.2 at least. The key file is held to the key
 file's rule (``keys.py``): group and others have no access, and as root root owns it.
@@ -104,15 +107,25 @@ def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.
 
 
 def _trust(context: ssl.SSLContext, client_ca: Path) -> None:
-    """Every client must show a certificate ``client_ca`` signed (mutual TLS)."""
+    """Every client must show a certificate ``client_ca`` signed (mutual TLS); with a CRL
+    in the file beside its CA, one it does not revoke (as nginx's ``ssl_crl``): OpenSSL
+    loads the file's CRLs with its certificates, and checks them once told to."""
     try:
         context.load_verify_locations(cafile=client_ca)
+        revokes = CRL_BEGIN in client_ca.read_bytes()
     except FileNotFoundError:
         raise TlsError(f"--tls-client-ca {client_ca}: no such file") from None
     except (ssl.SSLError, OSError) as exc:
         why = exc.reason if isinstance(exc, ssl.SSLError) else exc.strerror
-        raise TlsError(f"--tls-client-ca {client_ca}: not PEM CA certificates ({why})") from None
+        raise TlsError(
+            f"--tls-client-ca {client_ca}: not PEM CA certificates (and CRLs) ({why})"
+        ) from None
     context.verify_mode = ssl.CERT_REQUIRED
+    if revokes:  # the client's own certificate: nginx's ssl_crl checks the leaf too
+        context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
+
+
+CRL_BEGIN = b"-----BEGIN X509 CRL-----"
 
 
 class EncryptedKey(ValueError):
@@ -185,7 +198,7 @@ class Tls:
     def fresh(self) -> ssl.SSLContext:
         """A context of the pair (and client CA) on disk now; TlsError (and what is in
         force kept) when it cannot serve. The client CA file is read afresh too: a CA
-        removed from it is no longer trusted."""
+        removed from it is no longer trusted, a CRL put there revokes from then on."""
         return server_context(self.cert, self.key, self.client_ca)
 
     def use(self, context: ssl.SSLContext) -> None:

@@ -68,9 +68,26 @@ _REFUSALS = {
 }
 
 
+# OpenSSL's verify results for a client certificate a CRL in --tls-client-ca's file judged
+# (X509_V_ERR_*), which its reason alone calls CERTIFICATE_VERIFY_FAILED
+_CRL_VERDICTS = {
+    23: "the client's certificate is revoked (a CRL in --tls-client-ca's file lists it)",
+    12: "the CRL of the client's CA in --tls-client-ca's file has expired (past its "
+    "nextUpdate): every certificate of that CA is refused until a CRL in date is put there "
+    "(openssl ca -gencrl), then `kill -HUP` the daemon",
+    11: "the CRL of the client's CA in --tls-client-ca's file is not valid yet (its "
+    "lastUpdate is in the future: this host's clock?)",
+    3: "--tls-client-ca's file holds CRLs, but none of the client's CA: with a CRL there, "
+    "each CA needs its own (openssl ca -gencrl) beside it",
+}
+
+
 def refusal(exc: ssl.SSLError) -> str:
     """Why a handshake failed, for the operator."""
     reason = exc.reason or exc.library or "unknown"
+    code = getattr(exc, "verify_code", None)  # ssl.SSLCertVerificationError's alone
+    if code in _CRL_VERDICTS:
+        return _CRL_VERDICTS[code]
     return _REFUSALS.get(reason, f"the TLS handshake failed ({reason})")
 
 
