@@ -371,6 +371,9 @@ class MarkedProcess:
     noted: bytes | None = None
     # The id of the state dir that started it (None: a version that did not say).
     state_id: str | None = None
+    # A model pull process (its cache key), not an engine: ``name`` is a deployment that
+    # waits for it. Only a pass's refusal beside another state dir's names one.
+    pull: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,18 +35,29 @@ def refuse_beside_strangers(backend: Backend, state_dir: Path, owner: str) -> No
 
 
 def said(state_dir: Path, found: Sequence[MarkedProcess], owner: str) -> str:
-    """The refusal, for people: the dir, the engines, why, and the moves."""
-    engines = _engines(found)
-    listed = ", ".join(_named(m, owner) for m in engines)
+    """The refusal, for people: the dir, the engines (and model pulls), why, and the moves."""
+    engines = _engines([m for m in found if m.pull is None])
+    pulls = sorted((m for m in found if m.pull is not None), key=lambda m: m.ref.pid)
+    listed = ", ".join([*(_named(m, owner) for m in engines), *map(_pull_named, pulls)])
+    counted = [f"{len(engines)} engine(s)"] if engines else []
+    counted += [f"{len(pulls)} model pull(s)"] if pulls else []
     return (
         f"state dir {state_dir} is not the one its engines were started with: "
-        f"{len(engines)} engine(s) marked with its path run with another state dir's id "
+        f"{' and '.join(counted)} marked with its path run with another state dir's id "
         f"({listed}). Its disk may not be mounted, or the folder was emptied or replaced: "
         "it has no record of them. Nothing was changed and they run on. Mount its disk (or "
         "put the folder back) and run again: the next pass takes them up. To start afresh "
         "on this one on purpose, `reconcile down` of their manifest set on this state dir "
-        "stops them; then run again"
+        f"stops them; then run again{_PULLS if pulls else ''}"
     )
+
+
+# A pull writes its files into the cache and its events into the journal at this path
+# (this folder's, were it another state dir's): no `down` stops one, it ends by itself.
+_PULLS = (
+    ". A model pull is stopped by no `down`: it ends by itself, writing into this folder "
+    "meanwhile; wait for it, or end its pid by hand (its partial file is kept to resume)"
+)
 
 
 def _engines(found: Sequence[MarkedProcess]) -> list[MarkedProcess]:
@@ -56,6 +67,11 @@ def _engines(found: Sequence[MarkedProcess]) -> list[MarkedProcess]:
         groups.setdefault(marked.nonce, []).append(marked)
     leaders = [leader_of(procs) or procs[0] for procs in groups.values()]
     return sorted(leaders, key=lambda m: (m.name, m.ref.pid))
+
+
+def _pull_named(marked: MarkedProcess) -> str:
+    """``the model pull for web pid 123``."""
+    return f"the model pull for {marked.name} pid {marked.ref.pid}"
 
 
 def _named(marked: MarkedProcess, owner: str) -> str:

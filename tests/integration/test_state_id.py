@@ -10,11 +10,17 @@ naming the engines and the moves, and the state dir put back takes them up again
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from modelservers import serving
+from procs import kill_marked, marked_pids
+
 from controller.gateway.records_watch import RecordsWatch
+from controller.pull import launch
 from controller.store.config import stateid
 from tests.integration.test_invariants import engine_with_marker, reservation
 
@@ -191,4 +197,40 @@ def test_an_id_file_made_readable_is_kept_and_one_others_may_change_says_chmod(
     id_file.chmod(0o600)
     rc.once()
     assert rc.pids("web") == {pid}
+    rc.down()
+
+
+def test_a_model_pull_of_the_state_dir_moved_away_is_judged_as_its_engines(
+    reconcile: Any,
+) -> None:
+    """A model pull carried the state dir's path alone: a pass on the emptied folder took
+    it for its own (its cache entry was this folder's), went on, and the pull wrote its
+    file and events into the folder of another state dir. It carries the id now, and a
+    pass refuses beside it as beside such an engine; the state dir put back goes on."""
+    rc = reconcile
+    data = os.urandom(1 << 20)
+    digest = hashlib.sha256(data).hexdigest()
+    pulls = str(rc.state / "models")
+    try:
+        with serving({"tiny.gguf": data}, hold=1 << 18) as server:
+            rc.write("web", source={"url": server.url("tiny.gguf"), "sha256": digest})
+            rc.once()  # starts the pull, held by the server after its first quarter
+            rc.wait_for(lambda: marked_pids(pulls, launch.MARKER), what="the pull")
+            (pid,) = marked_pids(pulls, launch.MARKER)
+            assert rc.environ(pid)["RECONCILE_STATE_ID"] == (rc.state / "id").read_text().strip()
+            away = _unmounted(rc, empty=True)
+            refused = rc.once(check=1)
+            said = "1 model pull(s) marked with its path run with another state dir's id "
+            assert f"{said}(the model pull for web pid {pid})" in refused.err, str(refused)
+            assert "A model pull is stopped by no `down`: it ends by itself" in refused.err
+            assert "Traceback" not in refused.err
+            assert sorted(p.name for p in rc.state.iterdir()) == [], "nothing written"
+            assert marked_pids(pulls, launch.MARKER) == {pid}, "the pull goes on, alone"
+            _mounted_again(rc, away)
+            server.release()
+            rc.converge()
+            assert rc.record("web")["phase"] == "Ready"
+    finally:
+        left = kill_marked(pulls, marker=launch.MARKER)
+    assert not left, "the pull ended by itself"
     rc.down()

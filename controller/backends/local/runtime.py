@@ -43,6 +43,7 @@ from controller.host.devices import wait_gpu_release
 from controller.host.procs import identity, live_identity, process_alive, ref_of
 from controller.host.procscan import EnvironScan
 from controller.logsetup import get_logger
+from controller.pull import launch
 from controller.pull.host import HostPuller
 from controller.store.config import stateid
 from controller.store.instances import logfiles
@@ -115,6 +116,7 @@ class LocalBackend:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self.exits: dict[int, ExitStatus] = {}
         self._environs = EnvironScan()  # remembers unmarked processes between scans
+        self._pull_environs = EnvironScan()  # as it, for the pulls' marker
         self.notes = SpawnNotes(state_dir)
         self._wrapping = (container_runtime, static_devices)
         self.log_max_bytes = log_max_bytes  # node.yaml's logMaxBytes: a container's own log too
@@ -364,8 +366,23 @@ class LocalBackend:
         return [m for m in self._marked() if not _another_dirs(m, here)]
 
     def strangers(self) -> list[MarkedProcess]:
+        """Its engines, and its model pulls too: they write into this folder's cache and
+        journal (``pull/launch.py``)."""
         here = self.state_id()
-        return [m for m in self._marked() if _another_dirs(m, here)]
+        found = [*self._marked(), *self._pulls()]
+        return [m for m in found if _another_dirs(m, here)]
+
+    def _pulls(self) -> list[MarkedProcess]:
+        """The live pull processes of this state dir's path, as marked processes."""
+        out = []
+        for pull in launch.of_state_dir(Path(self.state_dir), self._pull_environs):
+            st = procstat.stat(pull.pid)
+            if st is not None:
+                name = pull.deployments[0] if pull.deployments else pull.key
+                ref, nonce = ref_of(pull.pid, st), f"pull-{pull.key}"
+                out.append(MarkedProcess(ref, name, nonce, st.ppid, state_id=pull.state_id,
+                                         pull=pull.key))  # fmt: skip
+        return out
 
     def _marked(self) -> list[MarkedProcess]:
         self._reap_all()
