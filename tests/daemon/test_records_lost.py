@@ -171,6 +171,41 @@ def test_a_daemon_with_a_gateway_started_on_an_emptied_state_dir_leaves_the_gate
     finish(d)
 
 
+def test_a_gateway_started_on_a_replaced_state_dir_leaves_the_old_dir_s_gateway_serving(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """A gateway started on the folder at the path once the state dir's disk was unmounted
+    (no engine of the old dir there for a pass to refuse beside) matched the old dir's
+    gateway by the path its command line names: it bound beside it and asked it to stop.
+    A gateway carries its state dir's id: the old one is another state dir's, so the new
+    one does not bind beside it (the daemon exits 1, as for any port another holds), names
+    it and leaves it serving."""
+    rc = reconcile
+    port = rc.port + 15
+    first = daemon("--listen", str(port), resync="0.3s")
+    (gateway,) = first.wait(lambda: marked_pids(f"{rc.node}/", GATEWAY_MARKER), "the gateway")
+    assert rc.environ(gateway)["RECONCILE_STATE_ID"] == (rc.state / "id").read_text().strip()
+    assert first.stop() == 0  # the gateway serves on, as a daemon's restart leaves it
+    away = rc.tmp / "unmounted"
+    rc.state.rename(away)
+    rc.state.mkdir()
+    d = daemon("--listen", str(port), resync="0.3s")
+    assert d.proc.wait(timeout=60) == 1, d.tail()  # as for any port another holds
+    said = f"another state dir once at {rc.state.resolve()} (pid {gateway}; its disk not"
+    assert said in d.log.read_text() and STOPPED not in d.log.read_text(), d.tail()
+    assert marked_pids(f"{rc.node}/", GATEWAY_MARKER) == {gateway}, "the old one serves on"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+        assert answer.status == 200
+    _mount_again(away, rc.state)
+    again = daemon("--listen", str(port), resync="0.3s")
+    (adopted,) = again.wait(lambda: again.lines("gateway adopted"), "the gateway adopted")
+    assert adopted["pid"] == gateway, adopted
+    finish(again)
+
+
+STOPPED = "gateway of this state dir that no file names asked to stop"
+
+
 def test_a_pass_that_failed_after_a_spawn_leaves_no_reservation_for_the_daemon_s_life(
     reconcile: Any, daemon: Any, finish: Any
 ) -> None:

@@ -566,6 +566,20 @@ def _changed(old: Settings, new: Settings) -> dict[str, str]:
     }
 
 
+def _state_id(state_dir: Path) -> str | None:
+    """The state dir's id for its gateway to carry, made first where no pass made one yet
+    (a daemon starts its gateway before its first pass; it starts none beside engines of
+    another state dir at the path). None when it cannot be read or made: the passes say
+    why, and the gateway is judged by its path alone, as before ids."""
+    from controller.errors import ConfigError
+    from controller.store.config import stateid
+
+    try:
+        return stateid.ensure(state_dir)
+    except (OSError, ConfigError):
+        return None
+
+
 def start_process(
     settings: Settings, log_path: Path | None = None, *, stop_wins: bool = False
 ) -> tuple[subprocess.Popen[bytes], registry.GatewayInfo]:
@@ -580,6 +594,10 @@ def start_process(
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env[registry.MARKER] = f"{settings.node}/{nonce}"
+    env.pop(registry.STATE_ID, None)  # a fact of ours, never the environment's word
+    known = _state_id(settings.state_dir)
+    if known is not None:  # another state dir's gateways at this path are told apart by it
+        env[registry.STATE_ID] = known
     env[registry.READY_FD] = str(ready_w)
     data = json.dumps(settings_to_json(settings))
     argv = [sys.executable, "-m", "controller.gateway", "--settings", data, "--nonce", nonce]

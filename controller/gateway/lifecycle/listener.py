@@ -36,6 +36,7 @@ from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
 from controller.host import ports
 from controller.host.sockdiag import Listener
+from controller.store.config import stateid
 
 # Loop turns for an accepted connection's transport task to run: it is scheduled by the
 # accept callback and attaches in its first step, so one turn; three for margin.
@@ -127,30 +128,70 @@ class Stranger:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Dir:
+    """A state dir as its gateways are told apart: its path, and its id (``stateid.py``),
+    which the gateways it starts carry. A gateway of its path and another id is another
+    state dir's at that path (its disk not mounted, the folder replaced), as an engine of
+    such is (``reconciler/replaced.py``); one that carries none (an older version's) is
+    judged by its path, as is every one while the id cannot be read."""
+
+    path: Path
+    id: str | None
+    readable: bool
+
+    @classmethod
+    def of(cls, path: Path) -> _Dir:
+        """The state dir this gateway process serves: the id it was started with (the
+        folder at the path may be another's by now), else the one there now."""
+        carried = os.environ.get(registry.STATE_ID)
+        if carried:
+            return cls(path, carried, True)
+        try:
+            return cls(path, stateid.peek(path), True)
+        except (OSError, ConfigError):  # the passes say what is wrong with it
+            return cls(path, None, False)
+
+    def holds(self, pid: int, where: Path | None) -> bool:
+        """The gateway ``pid``, of the state dir ``where``, is this state dir's."""
+        if not _same_dir(where, self.path):
+            return False
+        theirs = registry.gateway_state_id(pid) if self.readable else None
+        return theirs is None or theirs == self.id
+
+
 def strangers(
     state_dir: Path, address: str, port: int, known: frozenset[int] = frozenset()
 ) -> list[Stranger]:
     """Who else listens where connections to ``address:port`` could go: every socket
     there but those of ``known`` inodes and those held by gateways of ``state_dir``."""
     found: list[Stranger] = []
+    here = _Dir.of(state_dir)
     for one in ports.listeners_on(port):
         if one.inode not in known and one.overlaps(address):
-            stranger = _stranger(one, state_dir)
+            stranger = _stranger(one, here)
             if stranger is not None:
                 found.append(stranger)
     return found
 
 
-def _stranger(one: Listener, state_dir: Path) -> Stranger | None:
-    """None when the listener ``one`` is held by gateways of ``state_dir`` alone."""
+def _stranger(one: Listener, here: _Dir) -> Stranger | None:
+    """None when the listener ``one`` is held by gateways of the state dir ``here`` alone."""
     pids = ports.socket_holders(one.inode)
     dirs = {pid: registry.gateway_state_dir(pid) for pid in pids}
-    if pids and all(d is not None and _same_dir(d, state_dir) for d in dirs.values()):
+    if pids and all(here.holds(pid, d) for pid, d in dirs.items()):
         return None  # our own gateway (one that would not hand over): beside it is fine
     for pid, other in dirs.items():
-        if other is not None and not _same_dir(other, state_dir):
+        if other is not None and not _same_dir(other, here.path):
             who = f"the reconcile gateway of state dir {other} (pid {pid})"
             return Stranger(who, one.port, other)
+        if other is not None and not here.holds(pid, other):
+            who = (
+                f"the reconcile gateway of another state dir once at {other} (pid {pid}; "
+                "its disk not mounted, or the folder replaced: mount it back, or stop that "
+                f"gateway with `kill {pid}`, it drains and exits)"
+            )
+            return Stranger(who, one.port, None)
     who = f"another process (pid {pids[0]})" if pids else f"another process (uid {one.uid})"
     return Stranger(who, one.port, None)
 
@@ -165,7 +206,8 @@ def unnamed_gateways(state_dir: Path, address: str, port: int, named: Collection
     for one in ports.listeners_on(port):
         if one.overlaps(address):
             found.update(p for p in ports.socket_holders(one.inode) if p not in named)
-    return sorted(p for p in found if _same_dir(registry.gateway_state_dir(p), state_dir))
+    here = _Dir.of(state_dir)  # by its id: one of another state dir at the path is not ours
+    return sorted(p for p in found if here.holds(p, registry.gateway_state_dir(p)))
 
 
 def _same_dir(a: Path | None, b: Path) -> bool:

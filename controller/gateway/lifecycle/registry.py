@@ -50,6 +50,7 @@ from controller.store.lock import FileLock
 from controller.store.statedir import StateDir
 
 MARKER = "RECONCILE_GATEWAY"
+STATE_ID = "RECONCILE_STATE_ID"  # its state dir's id, as its engines carry it (stateid.py)
 READY_FD = "RECONCILE_GATEWAY_READY_FD"  # the pipe a starting gateway says "ready" on
 VERSION = 1
 # sun_path holds 108 bytes on Linux (104 on macOS): a longer path goes to the abstract
@@ -273,6 +274,17 @@ def gateway_state_dir(pid: int) -> Path | None:
     except (ValueError, KeyError, TypeError):
         return None
     return Path(where) if isinstance(where, str) else None
+
+
+def gateway_state_id(pid: int) -> str | None:
+    """The id of the state dir the gateway process ``pid`` was started for (its
+    environment: ``keeper.start_process``); None from a version that did not say, or when
+    it cannot be read (gone, another user's)."""
+    from controller.host.procscan import environ  # a /proc read: only where asked
+
+    prefix = f"{STATE_ID}=".encode()
+    found = next((i for i in (environ(pid) or b"").split(b"\0") if i.startswith(prefix)), None)
+    return None if found is None else found[len(prefix) :].decode(errors="replace")
 
 
 # -- signalling a gateway (by identity) ------------------------------------------------
