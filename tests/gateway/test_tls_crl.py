@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from controller.gateway.lifecycle.tlsdates import crl_out_of_date
 from tests.gateway.test_tls import WAIT, Pki, _admitted, _chat, _https, _pair, _tls_gateway
 
 _CONFIG = """[ca]
@@ -66,6 +67,31 @@ def _stamp(at: datetime) -> str:
     return at.strftime("%Y%m%d%H%M%SZ")
 
 
+def test_a_crl_past_its_next_update_is_found_in_the_file(pki: Pki) -> None:
+    """The load warns of it as of a certificate out of date: OpenSSL loads it, and then
+    refuses every client of its CA."""
+    now = datetime.now(UTC)
+    trusted = pki.folder / "client-cas.pem"
+    trusted.write_bytes(_trusted(pki))
+    assert crl_out_of_date(trusted, now) is None
+    assert crl_out_of_date(trusted, now + timedelta(days=3)) is not None  # its 2 days past
+    old = (pki.folder / "crl.pem").read_bytes()
+    dates = ("-crl_lastupdate", _stamp(now - timedelta(days=2)),
+             "-crl_nextupdate", _stamp(now - timedelta(days=1)))  # fmt: skip
+    trusted.write_bytes(_trusted(pki, *dates) + old)  # the expired one first: any is said
+    said = crl_out_of_date(trusted, now)
+    due = f"{now - timedelta(days=1):%Y-%m-%d %H:%M:%S} UTC (its nextUpdate)"
+    assert said == (
+        f"--tls-client-ca {trusted}: the CRL of 'reconcile test CA' expired at {due}: every "
+        "client certificate of that CA is refused until a CRL in date is put there (openssl "
+        "ca -gencrl), then `kill -HUP` the daemon"
+    )
+    trusted.write_bytes(pki.ca.read_bytes())  # no CRL
+    assert crl_out_of_date(trusted, now) is None
+    trusted.write_bytes(b"-----BEGIN X509 CRL-----\nMAUCAQ==\n-----END X509 CRL-----\n")
+    assert crl_out_of_date(trusted, now) is None, "not a CRL: the load says so, not this"
+
+
 def test_a_revoked_client_is_refused_and_an_expired_crl_refuses_all(
     reconcile: Any, gateway: Any, pki: Pki
 ) -> None:
@@ -93,6 +119,9 @@ def test_a_revoked_client_is_refused_and_an_expired_crl_refuses_all(
         reconcile.wait_for(lambda: not _admitted(g.port, good), timeout=WAIT, what="refused")
         expired = "the CRL of the client's CA in --tls-client-ca's file has expired"
         reconcile.wait_for(lambda: expired in g.text(), timeout=WAIT, what="the expiry said")
+        # ...and by the reload itself, before any client comes: which CRL, since when
+        reloaded = f"--tls-client-ca {trusted}: the CRL of 'reconcile test CA' expired at "
+        assert reloaded in g.text() and "TLS client CRL out of date" in g.text(), g.text()
         # A CRL in date again: served again.
         trusted.write_bytes(_trusted(pki))
         g.proc.send_signal(signal.SIGHUP)

@@ -33,7 +33,7 @@ from controller.gateway.http.upstream import Upstream
 from controller.gateway.lifecycle.listener import Listening, bind, close_listener
 from controller.gateway.lifecycle.tls import Tls, TlsError, as_named, named
 from controller.gateway.lifecycle.tlsaccept import Acceptor
-from controller.gateway.lifecycle.tlsdates import out_of_date
+from controller.gateway.lifecycle.tlsdates import out_of_date, warn_crl_out_of_date
 from controller.gateway.routing.activation import Demand
 from controller.gateway.routing.concurrency import Bodies, Limiter
 from controller.gateway.routing.ejections import recorder
@@ -172,6 +172,8 @@ class Gateway:
         dated = out_of_date(tls.cert, tls.key)
         if dated:
             log.warning("TLS certificate out of date", detail=named(dated, self.settings))
+        if tls.client_ca is not None:
+            warn_crl_out_of_date(tls.client_ca)
         return None
 
     def listener_fd(self) -> int | None:

@@ -546,7 +546,8 @@ def preflight(settings: Settings) -> None:
 
 
 def warn_out_of_date(settings: Settings) -> None:
-    """The warning for a certificate expired or not valid yet (it is served as given)."""
+    """The warning for a certificate expired or not valid yet (it is served as given), and
+    for a client CRL past its nextUpdate (every client of its CA is refused)."""
     if settings.tls_cert is None or settings.tls_key is None:
         return
     from controller.gateway.lifecycle import tls, tlsdates
@@ -554,6 +555,8 @@ def warn_out_of_date(settings: Settings) -> None:
     dated = tlsdates.out_of_date(settings.tls_cert, settings.tls_key)
     if dated:
         log.warning("TLS certificate out of date", detail=tls.named(dated, settings))
+    if settings.tls_client_ca is not None:
+        tlsdates.warn_crl_out_of_date(settings.tls_client_ca)
 
 
 def _changed(old: Settings, new: Settings) -> dict[str, str]:

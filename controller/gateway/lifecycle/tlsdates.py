@@ -11,16 +11,25 @@ report here. The leaf is asked alone (a client checks the dates of every certifi
 is sent), then, for a file that sends intermediates with it, the whole file to a client
 trusting its last certificate alone: an expired intermediate is refused as an expired
 leaf is, and the warning says which of the two it is.
+
+A CRL in ``--tls-client-ca``'s file past its nextUpdate refuses every client certificate of
+its CA (as nginx's ``ssl_crl``): said at start and at each reload too (``crl_out_of_date``).
+No handshake can ask OpenSSL that without a client certificate of the CA, so the date is
+read from the CRL's DER itself (RFC 5280 5.1: a few fixed fields at its head).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import ssl
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from controller.gateway.lifecycle.tls import no_passphrase
+from controller.logsetup import get_logger
 
 # OpenSSL's X509_V_ERR_CERT_NOT_YET_VALID and X509_V_ERR_CERT_HAS_EXPIRED
 _OUT_OF_DATE = {9: "is not valid yet (its notBefore is in the future)", 10: "has expired"}
@@ -85,3 +94,80 @@ def _verify_code(server_side: ssl.SSLContext, client_side: ssl.SSLContext) -> in
             except (ssl.SSLWantReadError, ssl.SSLError):
                 pass
     return 0
+
+
+_CRL = re.compile(rb"-----BEGIN X509 CRL-----(.+?)-----END X509 CRL-----", re.DOTALL)
+_COMMON_NAME = b"\x06\x03\x55\x04\x03"  # the OID 2.5.4.3 (CN), DER-encoded
+_TIMES = {0x17: "%y%m%d%H%M%SZ", 0x18: "%Y%m%d%H%M%SZ"}  # UTCTime, GeneralizedTime
+
+
+def warn_crl_out_of_date(client_ca: Path) -> None:
+    """The warning, at start and at each reload, for a CRL there past its nextUpdate."""
+    dated = crl_out_of_date(client_ca, datetime.now(UTC))
+    if dated:
+        get_logger("reconcile").warning("TLS client CRL out of date", detail=dated)
+
+
+def crl_out_of_date(client_ca: Path, now: datetime) -> str | None:
+    """The warning for a CRL in ``client_ca`` past its nextUpdate at ``now`` (the first such);
+    None when each is in date, or none is there (or cannot be read: the load says why)."""
+    try:
+        blocks = _CRL.findall(client_ca.read_bytes())
+    except OSError:
+        return None
+    for block in blocks:
+        try:
+            issuer, due = _issuer_and_due(base64.b64decode(block))
+        except (binascii.Error, IndexError, ValueError):  # UnicodeError is a ValueError
+            continue
+        if due is not None and due <= now:
+            return (
+                f"--tls-client-ca {client_ca}: the CRL of {issuer} expired at "
+                f"{due:%Y-%m-%d %H:%M:%S} UTC (its nextUpdate): every client certificate of "
+                "that CA is refused until a CRL in date is put there (openssl ca -gencrl), "
+                "then `kill -HUP` the daemon"
+            )
+    return None
+
+
+def _issuer_and_due(der: bytes) -> tuple[str, datetime | None]:
+    """A CRL's issuer (its CN, else "its CA") and nextUpdate (None: it gives none).
+    CertificateList ::= SEQUENCE { tbsCertList SEQUENCE { version INTEGER OPTIONAL,
+    signature AlgorithmIdentifier, issuer Name, thisUpdate Time, nextUpdate Time OPTIONAL,
+    ... }, ... }"""
+    _, certificate_list, _ = _tlv(der, 0)
+    _, tbs, _ = _tlv(certificate_list, 0)
+    fields = _children(tbs)
+    if fields[0][0] == 0x02:  # the version, present in a v2 CRL
+        fields = fields[1:]
+    issuer = _common_name(fields[1][1])
+    due = fields[3] if len(fields) > 3 and fields[3][0] in _TIMES else None
+    when = None if due is None else datetime.strptime(due[1].decode("ascii"), _TIMES[due[0]])
+    return issuer, None if when is None else when.replace(tzinfo=UTC)
+
+
+def _common_name(name: bytes) -> str:
+    at = name.find(_COMMON_NAME)
+    if at < 0:
+        return "its CA"
+    _, value, _ = _tlv(name, at + len(_COMMON_NAME))
+    return repr(value.decode("utf-8", errors="replace"))
+
+
+def _children(value: bytes) -> list[tuple[int, bytes]]:
+    out, at = [], 0
+    while at < len(value):
+        tag, inner, at = _tlv(value, at)
+        out.append((tag, inner))
+    return out
+
+
+def _tlv(data: bytes, at: int) -> tuple[int, bytes, int]:
+    """The DER element at ``at``: its tag, its value, and where the next one begins."""
+    tag, length, at = data[at], data[at + 1], at + 2
+    if length & 0x80:  # the long form: the length in the next (length & 0x7f) bytes
+        size = length & 0x7F
+        length, at = int.from_bytes(data[at : at + size], "big"), at + size
+    if at + length > len(data):
+        raise ValueError("a DER element longer than what holds it")
+    return tag, data[at : at + length], at + length
