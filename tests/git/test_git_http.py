@@ -128,6 +128,27 @@ def test_a_token_given_as_the_url_s_user_is_on_no_command_line_while_git_fetches
         server.stop()
 
 
+def test_a_url_s_user_alone_still_asks_the_user_s_credential_helper_for_that_user(
+    reconcile: Any, remote: Remote, http: GitHTTP
+) -> None:
+    """A URL naming its user alone (Bitbucket's do), the password in the user's own
+    credential helper: the user leaves git's command line, and the helper is still asked
+    for that user (git's `credential.username`, in its environment), not for the host's
+    first entry, another user's."""
+    applied = remote.deploy("alpha")
+    store = reconcile.tmp / "git-credentials"
+    where = f"127.0.0.1:{http.port}"
+    store.write_text(f"http://other:wrong@{where}\nhttp://tess:{TOKEN}@{where}\n")
+    store.chmod(0o600)
+    config = reconcile.tmp / "gitconfig"
+    config.write_text(f"[credential]\n\thelper = store --file={store}\n")
+    env = {"GIT_CONFIG_GLOBAL": str(config)}
+    flags = ("--git", f"http://tess@{where}/remote.git", "--git-path", "manifests")
+    out = reconcile("--once", "--wait", "--timeout", "30s", *flags, check=0, env=env, timeout=60)
+    assert reconcile.record("alpha")["revision"] == applied, out
+    reconcile(*flags, "down", check=0, env=env)
+
+
 def test_a_git_url_written_wrong_in_node_yaml_is_said_without_its_token(reconcile: Any) -> None:
     """`url: x: https://tess:TOKEN@host/ops.git` (a YAML syntax error), or `url: {x: ...}`
     (a mapping), was refused with a hint that quoted what was written, the token with it,
