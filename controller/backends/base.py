@@ -198,7 +198,8 @@ class Backend(Protocol):
     def strangers(self) -> list[MarkedProcess]:
         """Live engines marked with this state dir's path and another state dir's id: a
         disk not mounted, a folder replaced. Not ours to adopt or reap; a pass refuses to
-        act while one runs (``reconciler/replaced.py``)."""
+        act while one runs (``reconciler/replaced.py``). The model pulls of such a state dir
+        too, where the backend runs them here (``MarkedProcess.pull``)."""
         ...
 
     def teardown(self, rec: Record) -> None:

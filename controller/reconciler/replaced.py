@@ -37,7 +37,7 @@ def refuse_beside_strangers(backend: Backend, state_dir: Path, owner: str) -> No
 def said(state_dir: Path, found: Sequence[MarkedProcess], owner: str) -> str:
     """The refusal, for people: the dir, the engines (and model pulls), why, and the moves."""
     engines = _engines([m for m in found if m.pull is None])
-    pulls = sorted((m for m in found if m.pull is not None), key=lambda m: m.ref.pid)
+    pulls = _engines([m for m in found if m.pull is not None])  # one per cache key
     listed = ", ".join([*(_named(m, owner) for m in engines), *map(_pull_named, pulls)])
     counted = [f"{len(engines)} engine(s)"] if engines else []
     counted += [f"{len(pulls)} model pull(s)"] if pulls else []
@@ -61,7 +61,7 @@ _PULLS = (
 
 
 def _engines(found: Sequence[MarkedProcess]) -> list[MarkedProcess]:
-    """One process per engine (its leader), by name."""
+    """One process per engine (its leader), by name; per model pull too (its nonce)."""
     groups: dict[str, list[MarkedProcess]] = {}
     for marked in found:
         groups.setdefault(marked.nonce, []).append(marked)
