@@ -106,6 +106,9 @@ def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.
     return context
 
 
+CRL_BEGIN = b"-----BEGIN X509 CRL-----"  # a CRL's PEM, as `openssl ca -gencrl` writes it
+
+
 def _trust(context: ssl.SSLContext, client_ca: Path) -> None:
     """Every client must show a certificate ``client_ca`` signed (mutual TLS); with a CRL
     in the file beside its CA, one it does not revoke (as nginx's ``ssl_crl``): OpenSSL
@@ -123,9 +126,6 @@ def _trust(context: ssl.SSLContext, client_ca: Path) -> None:
     context.verify_mode = ssl.CERT_REQUIRED
     if revokes:  # the client's own certificate: nginx's ssl_crl checks the leaf too
         context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
-
-
-CRL_BEGIN = b"-----BEGIN X509 CRL-----"
 
 
 class EncryptedKey(ValueError):
