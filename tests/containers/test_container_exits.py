@@ -18,7 +18,7 @@ from containers.conftest import STANDIN, Engine, write
 from procs import free_ports
 from strategies import entry
 
-from controller.backends.base import StartRequest
+from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.local.container import exit_file, exit_status
 from controller.backends.local.runtime import EXIT_FILE_WAIT, LocalBackend
 from controller.core.render import render
@@ -97,7 +97,7 @@ def test_a_start_killed_before_its_status_costs_no_wait(
     """The shell that runs `run` (and writes its status to the exit file as it ends)
     killed with it, then the engine gone: the next pass waited the whole 10 s for a
     status no one would write. The file names its shell: a shell gone is no status
-    coming, seen at once."""
+    coming, seen at once, and the runtime's events say the code."""
     rc = reconcile
     rc.env.update(podman.env)
     write(rc, podman, "orphaned")
@@ -117,15 +117,15 @@ def test_a_start_killed_before_its_status_costs_no_wait(
     assert stored is not None and stored.ref is not None
     backend.refresh([stored])
     began = time.monotonic()
-    assert backend.exit_of(stored.ref) is None  # unknown: nothing said how it ended
+    # The runtime's word: `rm -f` stopped it with TERM, which the stand-in traps (exit 0).
+    assert backend.exit_of(stored.ref) == ExitStatus(0, None)
     took = time.monotonic() - began
     assert took < EXIT_FILE_WAIT / 2, f"the pass waited {took:.1f} s for a dead start"
     rc.converge()  # restarted as a crashed engine is
     record = rc.record("orphaned")
     assert record is not None and record["ref"]["pid"] != pid, record
-    # Said as what it is: a container is never our child, its `run` said nothing.
     [fail] = [e["reason"] for e in rc.events("orphaned") if e.get("action") == "fail"]
-    assert fail.startswith("engine exited (code unknown: its container's `run` said none)")
+    assert fail.startswith("engine exited with code 0"), fail
     rc.down()
     assert podman.ours(rc.state) == []
 
@@ -157,3 +157,34 @@ def test_a_run_killed_by_a_signal_is_not_its_engines_exit(
     engine.cli("rm", "-f", instance.container.id)
     rc.wait_gone(instance.ref.pid)
     assert backend.exit_of(instance.ref) is None  # unknown, not the shell's -9
+
+
+def test_an_engine_whose_run_lost_its_stream_is_reported_with_its_code(
+    rc: Reconcile, engine: Engine, tmp_path: Path
+) -> None:
+    """The `run` that streams a Ready engine's container ended without its code (killed
+    by hand; docker's daemon SIGKILLed under it ends it with 125, its own), the engine
+    ran on, then exited with code 7. The next pass said `exited (code unknown: its
+    container's `run` said none)`: `run --rm` had the container removed, its code with
+    it. The runtime's events keep it: the pass reads it there, and `describe` says it."""
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, engine, "lost", command=EXITS_7, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("lost")
+    assert record is not None and record["phase"] == "Ready", record
+    pid = record["ref"]["pid"]
+    shell = _waiting_shell(exit_file(str(rc.state.resolve()), "lost", record["nonce"]))
+    os.killpg(shell, signal.SIGKILL)  # the shell and its `run`: a session of their own
+    rc.wait_gone(shell)
+    assert os.path.exists(f"/proc/{pid}")  # the engine serves on without them
+    (flag / "stop").touch()
+    rc.wait_gone(pid)
+    rc.once(check=None)
+    record = rc.record("lost")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 7, record
+    described = rc("describe", "lost", check=0)
+    assert "Last exit:    exited with code 7" in described.out, described
+    rc.down()
