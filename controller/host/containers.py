@@ -192,7 +192,8 @@ class Runtime:
     def _removed(self, cid: str) -> bool:
         """The runtime answers that it has no container ``cid`` (any more)."""
         try:
-            done = self.call("container", "inspect", "--format", "{{.Id}}", cid)
+            done = self.call("container", "inspect", "--format", "{{.Id}}", cid,
+                             timeout=PUBLISHER_TIMEOUT)  # fmt: skip
         except ContainerError:
             return False
         return done.returncode != 0 and gone(done.stderr)
