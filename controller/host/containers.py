@@ -48,6 +48,13 @@ PUBLISHER_TIMEOUT = 10.0  # seconds for `ps`: a hung runtime must not hold the p
 # still there would be left running past its removal.
 LOOKS = 3
 LOOK_PAUSE = 0.2  # seconds: what a missing image costs before its pull, a removal at its end
+# Seconds a container's end is waited for in its runtime's events while the container is
+# still there or the runtime does not answer: docker's daemon, restarted under running
+# containers, stops them before it answers (a `run`'s clean-up on a busy host: as long).
+DIED_WAIT = 10.0
+# Seconds before a container's start its events are read from: its main process's start
+# time, read from /proc against the boot time, moves with a step of the clock.
+SINCE_SLACK = 60.0
 # What docker prints after its error: "Run 'docker run --help' for more information".
 TRAILER = re.compile(r"(Run|See) '(docker|podman) [\w -]*--help'")
 # A line of podman's log (logrus' text format): what it says is its quoted msg.
@@ -166,6 +173,46 @@ class Runtime:
                 image, digest = _label(labels, IMAGE_LABEL), _label(labels, DIGEST_LABEL)
                 return ContainerRef(runtime=self.name, id=cid, image=image, digest=digest)
         return None
+
+    def exit_code(self, cid: str, since: float, wait: float = DIED_WAIT) -> int | None:
+        """The exit code the runtime's events give container ``cid``'s end after ``since``
+        (epoch seconds, its start): asked when its `run` said none (killed, or docker's
+        daemon killed under it: the wait stream lost), once `run --rm` removed the
+        container and its State.ExitCode with it. Waited for up to ``wait`` s while the
+        container is still there or the runtime does not answer; None where nothing says
+        (its end came while docker's daemon was down, or is past the events it keeps)."""
+        deadline = time.monotonic() + wait
+        while True:
+            removed = self._removed(cid)  # first: a container's end is an event before that
+            code = self._died(cid, since)
+            if code is not None or removed or time.monotonic() > deadline:
+                return code
+            time.sleep(LOOK_PAUSE)
+
+    def _removed(self, cid: str) -> bool:
+        """The runtime answers that it has no container ``cid`` (any more)."""
+        try:
+            done = self.call("container", "inspect", "--format", "{{.Id}}", cid,
+                             timeout=PUBLISHER_TIMEOUT)  # fmt: skip
+        except ContainerError:
+            return False
+        return done.returncode != 0 and gone(done.stderr)
+
+    def _died(self, cid: str, since: float) -> int | None:
+        """The exit code of ``cid``'s last end after ``since`` in the runtime's events."""
+        kind: tuple[str, ...] = ("--stream=false", "--filter", "event=died")  # podman
+        fmt = "{{.ContainerExitCode}}"
+        if self.name == "docker":  # it has no --stream=false: events until now
+            kind = ("--until", f"{time.time():.6f}", "--filter", "event=die")
+            fmt = "{{.Actor.Attributes.exitCode}}"
+        first = f"{since - SINCE_SLACK:.6f}"
+        try:
+            done = self.call("events", "--since", first, "--filter", f"container={cid}", *kind,
+                             "--format", fmt, timeout=PUBLISHER_TIMEOUT)  # fmt: skip
+        except ContainerError:
+            return None
+        said = done.stdout.split()
+        return int(said[-1]) if done.returncode == 0 and said and said[-1].isdigit() else None
 
     def signal(self, name: str, sig: int) -> bool:
         """Send ``sig`` to the container's main process (what its ``stop`` sends first,

@@ -7,18 +7,23 @@ next pass (its adopter: not the `run`'s parent) reads the engine's own exit code
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from containers.conftest import STANDIN, Engine, write
-from procs import free_ports
+from containers.conftest import DOCKERD_START, STANDIN, Engine, _unmount_under, write
+from procs import free_ports, wait_for
 from strategies import entry
 
-from controller.backends.base import StartRequest
+from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.local.container import exit_file, exit_status
 from controller.backends.local.runtime import EXIT_FILE_WAIT, LocalBackend
 from controller.core.render import render
@@ -97,7 +102,7 @@ def test_a_start_killed_before_its_status_costs_no_wait(
     """The shell that runs `run` (and writes its status to the exit file as it ends)
     killed with it, then the engine gone: the next pass waited the whole 10 s for a
     status no one would write. The file names its shell: a shell gone is no status
-    coming, seen at once."""
+    coming, seen at once, and the runtime's events say the code."""
     rc = reconcile
     rc.env.update(podman.env)
     write(rc, podman, "orphaned")
@@ -117,15 +122,15 @@ def test_a_start_killed_before_its_status_costs_no_wait(
     assert stored is not None and stored.ref is not None
     backend.refresh([stored])
     began = time.monotonic()
-    assert backend.exit_of(stored.ref) is None  # unknown: nothing said how it ended
+    # The runtime's word: `rm -f` stopped it with TERM, which the stand-in traps (exit 0).
+    assert backend.exit_of(stored.ref) == ExitStatus(0, None)
     took = time.monotonic() - began
     assert took < EXIT_FILE_WAIT / 2, f"the pass waited {took:.1f} s for a dead start"
     rc.converge()  # restarted as a crashed engine is
     record = rc.record("orphaned")
     assert record is not None and record["ref"]["pid"] != pid, record
-    # Said as what it is: a container is never our child, its `run` said nothing.
     [fail] = [e["reason"] for e in rc.events("orphaned") if e.get("action") == "fail"]
-    assert fail.startswith("engine exited (code unknown: its container's `run` said none)")
+    assert fail.startswith("engine exited with code 0"), fail
     rc.down()
     assert podman.ours(rc.state) == []
 
@@ -157,3 +162,171 @@ def test_a_run_killed_by_a_signal_is_not_its_engines_exit(
     engine.cli("rm", "-f", instance.container.id)
     rc.wait_gone(instance.ref.pid)
     assert backend.exit_of(instance.ref) is None  # unknown, not the shell's -9
+
+
+def test_an_engine_whose_run_lost_its_stream_is_reported_with_its_code(
+    rc: Reconcile, engine: Engine, tmp_path: Path
+) -> None:
+    """The `run` that streams a Ready engine's container ended without its code (killed
+    by hand; docker's daemon SIGKILLed under it ends it with 125, its own), the engine
+    ran on, then exited with code 7. The next pass said `exited (code unknown: its
+    container's `run` said none)`: `run --rm` had the container removed, its code with
+    it. The runtime's events keep it: the pass reads it there, and `describe` says it."""
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, engine, "lost", command=EXITS_7, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("lost")
+    assert record is not None and record["phase"] == "Ready", record
+    pid = record["ref"]["pid"]
+    shell = _waiting_shell(exit_file(str(rc.state.resolve()), "lost", record["nonce"]))
+    os.killpg(shell, signal.SIGKILL)  # the shell and its `run`: a session of their own
+    rc.wait_gone(shell)
+    assert os.path.exists(f"/proc/{pid}")  # the engine serves on without them
+    (flag / "stop").touch()
+    rc.wait_gone(pid)
+    rc.once(check=None)
+    record = rc.record("lost")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 7, record
+    described = rc("describe", "lost", check=0)
+    assert "Last exit:    exited with code 7" in described.out, described
+    rc.down()
+
+
+# The stand-in engine, which exits with code 7 when it is asked to stop (TERM).
+STOPS_7 = [
+    "/bin/busybox",
+    "sh",
+    "-c",
+    'trap "exit 7" TERM; /bin/busybox httpd -f -p {host}:{port} -h /www & wait',
+]
+CONTAINERD_CONF = """\
+version = 2
+root = "{root}/containerd"
+state = "{root}/containerd-state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "{root}/containerd.sock"
+[ttrpc]
+  address = "{root}/containerd.sock.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+"""
+
+
+class OwnDocker:
+    """A docker daemon of one test's own, to be SIGKILLed and restarted (the session's
+    serves other tests): its socket, data and exec roots in a tmp folder, and beside it
+    a containerd of its own (as a host's systemd runs one), which the kill leaves running
+    with the containers (a dockerd's own containerd dies with it, and a restart under
+    load timed out starting it again)."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="rdk", dir="/tmp"))  # short: sockets there
+        conf = self.root / "containerd.toml"
+        conf.write_text(CONTAINERD_CONF.format(root=self.root))
+        self.containerd = _spawn(["containerd", "--config", str(conf)], self.root / "ctd.log")
+        self.engine = Engine("docker", {"DOCKER_HOST": f"unix://{self.root}/docker.sock"})
+        self.daemon: subprocess.Popen[bytes] | None = None
+        address = str(self.root / "containerd.sock")
+        wait_for(lambda: _answers(["ctr", "--address", address, "version"], {}),
+                 timeout=DOCKERD_START, what="containerd")  # fmt: skip
+        self.start()
+
+    def start(self) -> None:
+        root = self.root
+        argv = ["dockerd", "-H", f"unix://{root}/docker.sock", "--data-root", f"{root}/data",
+                "--exec-root", f"{root}/exec", "--pidfile", f"{root}/dockerd.pid",
+                "--containerd", f"{root}/containerd.sock",
+                "--bridge=none", "--iptables=false", "--ip6tables=false"]  # fmt: skip
+        self.daemon = daemon = _spawn(argv, root / "dockerd.log")
+        wait_for(lambda: daemon.poll() is not None or _answers(["docker", "version"],
+                 self.engine.env), timeout=DOCKERD_START, what="dockerd")  # fmt: skip
+        assert daemon.poll() is None, (root / "dockerd.log").read_text(errors="replace")[-2000:]
+
+    def kill(self) -> None:
+        assert self.daemon is not None
+        self.daemon.kill()
+        self.daemon.wait(timeout=30)
+
+    def close(self) -> None:
+        for proc in (self.daemon, self.containerd):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+        for pid in _serving(str(self.root)):  # a shim whose container outlived the test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _unmount_under(self.root)
+        shutil.rmtree(self.root)
+
+
+def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _answers(argv: list[str], env: dict[str, str]) -> bool:
+    try:
+        done = subprocess.run(argv, capture_output=True, env={**os.environ, **env}, timeout=10)
+    except subprocess.TimeoutExpired:  # a daemon starting on a busy host: asked again
+        return False
+    return done.returncode == 0
+
+
+def _serving(root: str) -> list[int]:
+    """The processes whose command line names ``root`` (containerd's shims)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and root.encode() in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+    return pids
+
+
+@pytest.fixture
+def own_docker() -> Iterator[OwnDocker]:
+    docker = OwnDocker()
+    try:
+        docker.engine.image = docker.engine.build("localhost/reconcile-test/engine:own")
+        yield docker
+    finally:
+        docker.close()
+
+
+def test_an_engine_stopped_by_a_restarted_dockerd_is_reported_with_its_code(
+    reconcile: Reconcile, own_docker: OwnDocker
+) -> None:
+    """dockerd SIGKILLed under a Ready engine: its `run` lost its stream (125: no code of
+    the engine's) and the engine ran on; the restarted dockerd stopped it (TERM: exit 7).
+    The next pass said `exited (code unknown: ...)`, `run --rm` having removed the
+    container, its code with it: it reads the code from docker's events."""
+    rc, engine = reconcile, own_docker.engine
+    rc.env.update(engine.env)
+    write(rc, engine, "coded", command=STOPS_7, restartPolicy="Never")
+    rc.converge()
+    record = rc.record("coded")
+    assert record is not None and record["phase"] == "Ready", record
+    pid = record["ref"]["pid"]
+    rc_file = exit_file(str(rc.state.resolve()), "coded", record["nonce"])
+    own_docker.kill()
+    rc.wait_for(lambda: exit_status(rc_file) is not None, timeout=30, what="the `run` ended")
+    assert exit_status(rc_file) == 125 and os.path.exists(f"/proc/{pid}")  # it runs on
+    own_docker.start()  # which stops the containers it finds running
+    rc.wait_gone(pid, timeout=60)
+    rc.once(check=None)
+    record = rc.record("coded")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 7, record
+    described = rc("describe", "coded", check=0)
+    assert "Last exit:    exited with code 7" in described.out, described
+    rc.down()
+    assert engine.ours(rc.state) == []

@@ -6,7 +6,8 @@ connections that sent a chunked head and a byte, then nothing, held the whole 12
 every other request with a body waited, then got a 503, for the 120 s body timeout,
 renewed by reconnecting. A chunked body now holds what arrived of it; a body with a
 Content-Length still reserves that up front, and gives it back once nothing of it came
-for ``BODY_STALL`` s (a 408), not only after 120 s.
+for ``BODY_STALL`` s, or once it falls behind the minimum rate (a 408 either way), not
+only after 120 s.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ import gzip
 import hashlib
 import json
 import os
+import select
 import socket
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -143,12 +148,64 @@ def test_a_sized_body_that_stops_coming_gives_its_room_back(
     reconcile.wait_for(lambda: _held(served) == 0, what="the room given back")
 
 
+def test_a_sized_body_that_drips_falls_behind_and_a_fast_large_one_passes(
+    reconcile: Any, served: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four heads of 32 MiB bodies (all the room) that send a byte a second, never
+    ``BODY_STALL`` apart: they held their room for the body's 120 s, and every other body
+    waited for a 503. Each falls behind the minimum rate (1 KB a second) once its
+    ``BODY_GRACE`` (10 s; 2 here) is out: a 408 that says so, its room given back, and
+    another client's 8 MiB body, sent at once and waiting for room (up to 10 s here), is
+    answered by its engine."""
+    monkeypatch.setattr(bodies, "BODY_GRACE", 2.0)
+    port = served.settings.port
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {DEFAULT_MAX_BODY}\r\n\r\n{{"
+    ).encode()
+    prompt = "x" * (8 << 20)
+    large = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt}]})
+    stop = threading.Event()
+    with holders(port, head) as socks, ThreadPoolExecutor(len(socks)) as pool:
+        try:
+            dripped = [pool.submit(_drip, sock, stop) for sock in socks]
+            reconcile.wait_for(
+                lambda: _held(served) == DEFAULT_MAX_BODY_TOTAL, what="the room all reserved"
+            )
+            answer = exchange(
+                port, request("POST", "/v1/chat/completions", large.encode()), timeout=30
+            )
+            assert answer.status == 200 and answer.json()["object"] == "ok", answer
+            for late in (parse(done.result()) for done in dripped):
+                error = openai_error(late)
+                assert late.status == 408 and error is not None, late
+                assert "the request body came too slowly" in error["message"], error
+                assert "1024 bytes a second or more" in error["message"], error
+        finally:
+            stop.set()
+    reconcile.wait_for(lambda: _held(served) == 0, what="the room given back")
+
+
+def _drip(sock: socket.socket, stop: threading.Event) -> bytes:
+    """Send a byte of JSON a second on ``sock`` until the gateway answers (then what it
+    sent until it closed), ``stop`` is set or a minute has passed (then b"")."""
+    deadline = time.monotonic() + 60
+    while not stop.is_set() and time.monotonic() < deadline:
+        readable, _, _ = select.select([sock], [], [], 1.0)  # its answer, or a second
+        if readable:
+            return _answer(sock)
+        try:
+            sock.sendall(b" ")
+        except OSError:  # closed after its answer: read it
+            return _answer(sock)
+    return b""
+
+
 def test_one_api_key_holds_at_most_half_of_the_room(reconcile: Any, keyed: Gateway) -> None:
-    """Four heads of 32 MiB bodies under one key and a byte each (a client that sent a
-    byte every few seconds would hold their room for the body's 120 s, ``BODY_STALL``
-    notwithstanding): the key holds half the room (two of them; the others wait), and
-    another key's POST is answered at once; the first key's own next request waits for
-    its share, and its 503 says so."""
+    """Four heads of 32 MiB bodies under one key and a byte each (clients that send 1 KB
+    a second, the minimum rate, hold their room for the body's 120 s): the key holds
+    half the room (two of them; the others wait), and another key's POST is answered at
+    once; the first key's own next request waits for its share, and its 503 says so."""
     served = keyed
     port = served.settings.port
     head = (

@@ -734,3 +734,62 @@ def test_a_ray_roll_whose_image_is_not_on_its_node_says_it_pulls_first(
         assert now is not None and now["phase"] == "Ready" and now["ref"] == before["ref"], now
     finally:
         _all_down(rc)
+
+
+KEPT = {"zone": "kept"}  # the label of the node a selector-bound deployment needs
+
+
+@pytest.fixture
+def kept_node(cluster: Any) -> Iterator[str]:
+    """A one-GPU node labelled ``zone=kept`` whose runtimes are this box's (it holds the
+    images, as every node but ``bare``), for one test: its id. Removed after the test's
+    own teardown."""
+    node = cluster.add_node(num_cpus=1, num_gpus=1, object_store_memory=80 << 20, labels=KEPT)
+    cluster.wait_for_nodes()
+    try:
+        yield str(node.node_id)
+    finally:
+        cluster.remove_node(node)
+        left = str(node.node_id)  # gone from Ray's view too before the next test counts
+        wait_for(
+            lambda: not [n for n in ray.nodes() if n["NodeID"] == left and n["Alive"]],
+            timeout=60,
+            what="the kept node gone",
+        )
+
+
+def test_a_start_planned_past_its_images_noted_node_runs_where_plan_put_it(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    kept_node: str,
+) -> None:
+    """The image's note names the `zone=kept` node, which holds it; `wide` (two GPUs on a
+    `zone=kept` node: none has them) keeps that node for last, so `plan` puts `web` on
+    another GPU node. Every start fit on the noted node, so the look asked it alone and
+    the launch went there, as noted: `web` ran on the node a selector-bound deployment
+    needs, not where `plan` said. The launch goes to the plan's node, where the actor
+    looks for the image (this box's podman storage holds it) and runs it."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    note = rc.state / "images" / "ray-nodes.json"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text(json.dumps({"version": 1, "nodes": {f"podman {podman.image}": kept_node}}))
+    container = {"image": podman.image, "runtime": "podman"}
+    try:
+        rc.write("wide", command=ENGINE, devices={"count": 2, "kind": "nvidia"}, nodeSelector=KEPT)
+        rc.write("web", command=STANDIN, container=container, devices=GPU,
+                 stopGracePeriodSeconds=2)  # fmt: skip
+        planned = [line for line in rc("plan", check=None).out.splitlines() if "web" in line]
+        said = re.search(r"nvidia:(\w{8})/0", " ".join(planned))
+        assert said is not None and said[1] != kept_node[:8], (planned, kept_node)
+
+        def ready() -> dict[str, Any] | None:  # `wide` waits for good: no `--wait`
+            rc.once(check=None)
+            rec = rc.record("web")
+            return rec if rec is not None and rec["phase"] == "Ready" else None
+
+        web = wait_for(ready, timeout=120, what="web Ready")
+        assert web["node"].startswith(said[1]) and web["node"] != kept_node, (web, said[1])
+    finally:
+        _all_down(rc)

@@ -36,7 +36,14 @@ from controller.core.imagepulls import ImageWait
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.specs import DeploymentSpec
-from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
+from controller.core.state import (
+    ContainerRef,
+    Instance,
+    MarkedProcess,
+    Phase,
+    ProcessRef,
+    Record,
+)
 from controller.errors import ContainerError, NotProvenOurs, SpawnError
 from controller.host import ports, procpsutil, procscan, procstat
 from controller.host.devices import wait_gpu_release
@@ -126,6 +133,10 @@ class LocalBackend:
         # The records' container engines -> the file their `run` writes its status to as
         # it ends: how a pass that is not the `run`'s parent reads an engine's code.
         self._exit_files: dict[ProcessRef, Path] = {}
+        # Those Starting or Ready -> their container, whose runtime is asked (once) how it
+        # ended where its `run` said no code: the exit a pass judges, and only that one.
+        self._containers: dict[ProcessRef, ContainerRef] = {}
+        self._asked: set[ProcessRef] = set()
 
     @functools.cached_property
     def containers(self) -> Wrapper:
@@ -160,7 +171,21 @@ class LocalBackend:
             self._exited_container(ref, client.returncode)
         elif ref.pid not in self.exits and ref in self._exit_files:
             self._exited_container(ref, _exit_written(self._exit_files[ref], EXIT_FILE_WAIT))
+        container = self._containers.get(ref)
+        if ref.pid not in self.exits and container is not None and ref not in self._asked:
+            self._asked.add(ref)  # once: the daemon's exit watch and its next pass both ask
+            self._ended_by_runtime(ref, container)
         return self.exits.get(ref.pid)
+
+    def _ended_by_runtime(self, ref: ProcessRef, container: ContainerRef) -> None:
+        """A container engine whose `run` said no code: killed, or its stream lost (docker's
+        daemon killed and restarted under it, 125), its container ended later. The runtime's
+        events say how (`--rm` removed the container, and its State.ExitCode with it)."""
+        from controller.host.containers import Runtime
+
+        code = Runtime(container.runtime).exit_code(container.id, ref.start_time)
+        if code is not None:
+            self.exits[ref.pid] = ExitStatus(code, None)
 
     def _exited_container(self, ref: ProcessRef, code: int | None) -> None:
         from controller.backends.local.container import RUNTIME_CODES
@@ -233,10 +258,15 @@ class LocalBackend:
 
     def refresh(self, records: Iterable[Record]) -> None:
         """Nothing to batch (each liveness check is one read of /proc); each container
-        engine's exit file is named, for ``exit_of``."""
-        self._exit_files = {
-            rec.ref: self._exit_file(rec) for rec in records if rec.container and rec.ref
+        engine's exit file and container are named, for ``exit_of``."""
+        engines = [rec for rec in records if rec.container and rec.ref]
+        self._exit_files = {rec.ref: self._exit_file(rec) for rec in engines if rec.ref}
+        self._containers = {
+            rec.ref: rec.container
+            for rec in engines
+            if rec.ref and rec.container and rec.phase in (Phase.STARTING, Phase.READY)
         }
+        self._asked &= self._containers.keys()
 
     def _exit_file(self, rec: Record) -> Path:
         from controller.backends.local.container import exit_file

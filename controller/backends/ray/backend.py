@@ -266,13 +266,18 @@ class RayBackend(OnTheirNodes):
 
     def _image_node(self, rec: Record, spec: DeploymentSpec) -> Any:
         """The node pulling or holding this record's image (imagefetch.py), while it is
-        live and selected: a soft pin (full or lost, the engine goes elsewhere). None: no
-        note, or the plan's node holds it (the plan takes such nodes first:
-        ``image_nodes``), where ``_planned`` sends it."""
+        live and selected: a soft pin (full or lost, the engine goes elsewhere), for a
+        start the plan put on no node. None: no note, or a plan's node, where ``_planned``
+        sends it: the plan takes the nodes the look found the image on first
+        (``image_nodes``), and one it chose past them it chose for a reason (a node a
+        selector-bound deployment needs, taken by a start before it), so the image is
+        looked for there, by the actor (missing: pulled there, holding nothing). The look
+        asks one node when every start fits there; sent to the noted node instead, the
+        engine ran where `plan` did not say, on a node another deployment needed."""
         if spec.container is None:
             return None
         name, planned = rec.name, self._planned_node(rec, spec)
-        if planned is not None and planned in self._images.holding(spec):
+        if planned is not None:
             return None
         node = self._images.launch_node(name, spec)
         live = cluster.selected(cluster.nodes(), spec.node_selector) if node else []

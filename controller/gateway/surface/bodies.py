@@ -6,7 +6,9 @@ up to its ``model`` field and streamed on (upload.py); else the OpenAI error to 
 
 While the gateway holds room for a body, the body must keep coming: a read that waits
 ``BODY_STALL`` s for its next byte is a 408 and its room is given back (nginx's
-``client_body_timeout``, between two reads); the whole body, ``BODY_TIMEOUT`` s.
+``client_body_timeout``, between two reads), and so is a body that falls behind a minimum
+rate (Apache mod_reqtimeout's ``MinRate``: ``BODY_GRACE`` s, then 1 s more per
+``BODY_MIN_RATE`` bytes received); the whole body, ``BODY_TIMEOUT`` s at most.
 
 The gateway reads the model from the body, so it must see it plain; the engine then
 gets the plain body (and no ``Content-Encoding``). gzip and deflate are decoded with
@@ -35,6 +37,15 @@ BODY_TIMEOUT = 120.0  # seconds a client may take to send its body (a slow one h
 # Seconds a body may send nothing while it holds room: 4 heads that sent a byte each, then
 # nothing, held the gateway's room for bodies (--max-body-total) for BODY_TIMEOUT.
 BODY_STALL = 10.0
+# A body's deadline starts BODY_GRACE s after the gateway begins to read it and grows by
+# 1 s per BODY_MIN_RATE bytes received (up to BODY_TIMEOUT): a sized body sent a byte every
+# few seconds held its Content-Length for BODY_TIMEOUT, BODY_STALL notwithstanding, so a
+# few such clients held all of --max-body-total. 1 KB/s (8 kbit/s) is below any link still
+# in use (a 56k modem sends 7 KB/s, GPRS 4 or more), so no real upload falls behind it;
+# 10 s covers a lossy link's first round trips (a lost segment is resent after 1 s, 2 s,
+# 4 s) before the first bytes come. Apache's default is 20 s, then 500 bytes a second.
+BODY_GRACE = 10.0
+BODY_MIN_RATE = 1024
 # zlib's wbits: gzip header, zlib header, then bare deflate (what some clients send).
 _GZIP = 16 + zlib.MAX_WBITS
 _ZLIB = zlib.MAX_WBITS
@@ -108,27 +119,48 @@ async def _arriving(body: Paced, limit: int, hold: Held | None) -> bytes | Respo
 
 class Paced:
     """A body's reads while room is held for it: each within ``BODY_STALL`` s of the last,
-    all within ``BODY_TIMEOUT`` s of the first; TimeoutError past either."""
+    all by a deadline ``BODY_GRACE`` s after the first, 1 s later per ``BODY_MIN_RATE``
+    bytes received, ``BODY_TIMEOUT`` s at most; TimeoutError past any."""
 
     def __init__(self, content: Body) -> None:
         self._content = content
         self._loop = asyncio.get_running_loop()
-        self._deadline = self._loop.time() + BODY_TIMEOUT
-        self._stalled = False  # the last read ran out of BODY_STALL, not BODY_TIMEOUT
+        self._start = self._loop.time()
+        self._received = 0
+        self._late = self._behind  # the 408's words for the deadline the last read kept
 
     async def readany(self) -> bytes:
-        left = self._deadline - self._loop.time()
-        self._stalled = left > BODY_STALL
+        earned = BODY_GRACE + self._received / BODY_MIN_RATE
+        left = self._start + min(earned, BODY_TIMEOUT) - self._loop.time()
+        if left > BODY_STALL:
+            self._late = self._stalled
+        else:
+            self._late = self._behind if earned < BODY_TIMEOUT else self._overdue
         async with asyncio.timeout(min(left, BODY_STALL)):
-            return await self._content.readany()
+            chunk = await self._content.readany()
+        self._received += len(chunk)
+        return chunk
 
     def late(self) -> str:
         """The 408's words for the deadline that ran out."""
-        if self._stalled:
-            return (
-                f"the request body stopped coming: nothing of it arrived for {BODY_STALL:g} "
-                "seconds; send the body with its head, without pauses"
-            )
+        return self._late()
+
+    def _stalled(self) -> str:
+        return (
+            f"the request body stopped coming: nothing of it arrived for {BODY_STALL:g} "
+            "seconds; send the body with its head, without pauses"
+        )
+
+    def _behind(self) -> str:
+        took = self._loop.time() - self._start
+        return (
+            f"the request body came too slowly: {self._received} bytes in {took:.0f} "
+            f"seconds, while the gateway holds room for a body it must come at "
+            f"{BODY_MIN_RATE} bytes a second or more (after its first {BODY_GRACE:g} "
+            "seconds); send the body with its head, at the link's speed"
+        )
+
+    def _overdue(self) -> str:
         return f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
 
 
