@@ -113,5 +113,19 @@ def test_a_key_given_twice_is_refused_naming_both_lines_not_the_key(tmp_path: Pa
     with pytest.raises(KeyFileError) as caught:
         load(path)
     said = str(caught.value)
-    assert f"{path} line 4: the same key as line 1 (keep one line per key" in said, said
+    assert f"{path} line 4: the same key as line 1 with other limits (keep one line" in said
     assert key not in said and OTHER not in said
+
+
+def test_a_key_pasted_twice_with_the_same_limits_is_one_key_as_before(tmp_path: Path) -> None:
+    """A key file an older reconcile took (one key's line pasted again, as a key handed
+    out twice) was refused whole after an upgrade: the daemon exited 64 and did not come
+    back. Where the lines say the same, nothing is a guess: it is one key."""
+    key = "sk-twice-" + "z" * 24
+    found = keys(tmp_path, f"{key} rpm=5", OTHER, f"{key} rpm=5  # again", "sk-bare-1", "sk-bare-1")
+    assert [label for _, label in found.digests] == [
+        hashlib.sha256(k.encode()).hexdigest()[:8] for k in (key, OTHER, "sk-bare-1")
+    ]
+    label = found.match(key)
+    assert label is not None and found.limits[label].rpm == 5
+    assert found.match("sk-bare-1") is not None

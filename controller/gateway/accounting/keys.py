@@ -99,16 +99,21 @@ def load(path: Path) -> Keys:
                 "no client could present it; use ASCII letters, digits and punctuation"
             )
         digest = hashlib.sha256(key.encode()).digest()
-        if digest in first_line:  # two lines, one key: whose limits hold would be a guess
+        label = digest.hex()[:8]
+        said = _limits(fields, where) if fields else KeyLimits()
+        if digest in first_line:
+            # A line pasted twice was taken before, and is still: one key, nothing to
+            # guess. Two lines, one key, other limits: whose hold would be a guess.
+            if limits.get(label, KeyLimits()) == said:
+                continue
             raise KeyFileError(
-                f"{where}: the same key as line {first_line[digest]} (keep one line per "
-                "key, with its limits on it)"
+                f"{where}: the same key as line {first_line[digest]} with other limits "
+                "(keep one line per key, with its limits on it)"
             )
         first_line[digest] = number
-        label = digest.hex()[:8]
         digests.append((digest, label))
         if fields:
-            limits[label] = _limits(fields, where)
+            limits[label] = said
     if not digests:
         raise KeyFileError(f"--api-keys {path} holds no key (one per line, # for comments)")
     return Keys(digests=tuple(digests), limits=limits)

@@ -4,7 +4,7 @@ The gateway is a process of its own (``process.py``) that outlives the daemon, a
 engines do. The keeper, in the daemon:
 
 - ``start``: adopts the live gateway of this state dir when it is ours to the letter
-  (same version and settings: ``registry.fingerprint``) and has it re-read its key file
+  (same version, settings and build: ``registry.fingerprint``) and has it re-read its key file
   and TLS pair (a SIGHUP: the files may have changed since), else starts one, which
   takes the port over from the one before (an upgrade or changed flags fail no request);
 - watches it (a pidfd, on a thread of its own) and restarts it at once when it

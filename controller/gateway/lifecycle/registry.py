@@ -30,6 +30,7 @@ looks for, like an engine's ``RECONCILE_INSTANCE``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -78,7 +79,7 @@ class GatewayInfo:
     host: str
     port: int
     version: str  # reconcile's version
-    fingerprint: str  # version + settings: a daemon adopts only an equal one
+    fingerprint: str  # version + settings + build: a daemon adopts only an equal one
     settings: dict[str, Any]  # what started it (restart starts the same)
     started_at: float
     control: str = ""  # its control socket's address ("": derived from the nonce, as before)
@@ -96,8 +97,25 @@ class GatewayInfo:
 
 
 def fingerprint(settings: dict[str, Any], version: str) -> str:
-    text = json.dumps({"settings": settings, "version": version}, sort_keys=True)
+    """Whom a daemon adopts: a gateway of its version, its settings and its build."""
+    text = json.dumps({"settings": settings, "version": version, "build": build()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.cache
+def build() -> str:
+    """This process's code: each module's path, size and mtime. The version alone never
+    changes from a source checkout's upgrade (``git pull``, ``pip install .``): the new
+    daemon adopted the old gateway, whose code then served on until a `gateway restart`.
+    A reinstall of the same code is a hand-over too, which fails no request."""
+    root = Path(__file__).resolve().parents[2]  # controller/
+    digest = hashlib.sha256()
+    for folder, _, files in sorted(os.walk(root)):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            st = os.stat(os.path.join(folder, name))
+            where = os.path.relpath(os.path.join(folder, name), root)
+            digest.update(f"{where}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def _to_json(info: GatewayInfo) -> bytes:
