@@ -51,3 +51,40 @@ def test_a_crash_is_restarted_while_another_engine_drains_a_stream(
 
     reconcile.wait_for(recreated, timeout=WAIT, what="a Ready on its new spec")
     g.finish()
+
+
+def test_a_daemon_killed_while_its_gateway_drains_leaves_the_stream_to_end_whole(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The daemon SIGKILLed while its gateway drained ``a`` (a recreate, a stream in flight)
+    left ``a`` Terminating, its drain asked; the next daemon's first pass took it for a
+    teardown already signalled ("finishing an interrupted teardown") and signalled the
+    engine at once, which cut the stream. It takes the drain over: the stream ends whole,
+    then the engine is signalled and ``a`` recreated."""
+    slow = reconcile.demo_command(load_seconds="0", chunks="100", chunk_delay="0.15")  # ~15 s
+    reconcile.write("a", command=slow, stopGracePeriodSeconds=60)
+    g = gateway()
+    first = g.wait_phase("a", "Ready")["pid"]
+    stream = Stream(g.port, "a")
+    reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
+    reconcile.write("a", command=reconcile.demo_command(load_seconds="0", chunks="3"))
+
+    def draining() -> bool:
+        rec = reconcile.record("a")
+        return rec is not None and rec["phase"] == "Terminating" and rec["nonce"] is not None
+
+    reconcile.wait_for(draining, timeout=WAIT, what="a Terminating, its drain asked")
+    assert StateDir(reconcile.state).retire_ask(reconcile.record("a")["nonce"]).exists()
+    g.proc.kill()
+    g.proc.wait(timeout=WAIT)
+    g2 = gateway()
+    stream.thread.join(timeout=WAIT)
+    assert stream.body.rstrip().endswith(b"data: [DONE]"), stream.body[-400:]
+    assert b"error" not in stream.body, stream.body[-400:]
+
+    def recreated() -> bool:
+        a = reconcile.status().get("a", {})
+        return a.get("phase") == "Ready" and a.get("pid") not in (None, first)
+
+    reconcile.wait_for(recreated, timeout=WAIT, what="a Ready on its new spec")
+    g2.finish()
