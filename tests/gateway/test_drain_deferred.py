@@ -54,10 +54,10 @@ def test_a_crash_is_restarted_while_another_engine_drains_a_stream(
 
 
 def _killed_mid_drain(reconcile: Any, gateway: Any) -> tuple[int, Stream]:
-    """``a`` streaming (~15 s) through a daemon's gateway, its spec changed (a recreate:
+    """``a`` streaming (~20 s) through a daemon's gateway, its spec changed (a recreate:
     drained), the daemon SIGKILLed once ``a`` is Terminating, its drain asked; the
     gateway serves the stream on. ``a``'s pid, and the stream."""
-    slow = reconcile.demo_command(load_seconds="0", chunks="100", chunk_delay="0.15")
+    slow = reconcile.demo_command(load_seconds="0", chunks="100", chunk_delay="0.2")
     reconcile.write("a", command=slow, stopGracePeriodSeconds=60)
     g = gateway()
     first: int = g.wait_phase("a", "Ready")["pid"]
