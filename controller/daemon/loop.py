@@ -50,7 +50,7 @@ from controller.errors import (
     ReconcileError,
     StateDirReplaced,
 )
-from controller.host import bootclock
+from controller.host import bootclock, procstat
 from controller.logsetup import get_logger
 from controller.reconciler import unreachable
 from controller.reconciler.liveness import LivenessProber
@@ -125,6 +125,7 @@ class FrontDoor(Protocol):
     def ask_drain(self, old: Record, new: Record | None) -> bool: ...
     def drain_answered(self, old: Record) -> bool: ...
     def end_drain(self, old: Record) -> None: ...
+    def resume_drain(self, old: Record) -> bool: ...
     def reload(self, config: Config) -> None: ...
     def stop(self) -> None: ...
 
@@ -814,6 +815,9 @@ class GuardedDrains:
     def end_drain(self, old: Record) -> None:
         self._guard(lambda: self.front.end_drain(old), None)
 
+    def resume_drain(self, old: Record) -> bool:
+        return self._guard(lambda: self.front.resume_drain(old), False)
+
     @staticmethod
     def _guard(call: Callable[[], T], fault: T) -> T:
         try:
@@ -841,6 +845,26 @@ def build_reconciler(
     return Reconciler(config, backend, inventory, hooks, store)
 
 
+def _held(pid: int | None, config: Config) -> str:
+    """Why a second daemon does not run on the state dir, and the move."""
+    held = (
+        f"another reconcile daemon (pid {pid or '?'}) already runs on state dir {config.state_dir}"
+    )
+    facts = procstat.stat(pid) if pid else None
+    if facts is not None and facts.state in ("T", "t"):
+        # A SIGTERM waits until the process runs again: `kill N` alone did nothing (systemd
+        # sends SIGCONT after it).
+        return (
+            f"{held}, stopped (SIGSTOP, a debugger): stop it first (systemctl stop reconcile, "
+            f"or kill {pid} && kill -CONT {pid}: a SIGTERM waits until it runs again), "
+            "or give this one another --state-dir"
+        )
+    return (
+        f"{held}: stop it first (systemctl stop reconcile, or kill {pid or 'it'}), "
+        "or give this one another --state-dir"
+    )
+
+
 def run_daemon(
     config: Config,
     *,
@@ -860,12 +884,7 @@ def run_daemon(
     store.ensure()
     lock = FileLock(StateDir(config.state_dir).daemon_lock, what="daemon lock")
     if not lock.try_acquire():
-        pid = lock.holder()
-        raise ConfigError(
-            f"another reconcile daemon (pid {pid or '?'}) already runs on state dir "
-            f"{config.state_dir}: stop it first (systemctl stop reconcile, or kill {pid or 'it'}), "
-            "or give this one another --state-dir"
-        )
+        raise ConfigError(_held(lock.holder(), config))
     try:
         accesstoken.ensure(config.state_dir)  # the page's and /metrics': `reconcile ui` reads it
         # `restart` and `down` act or warn for this set's deployments only

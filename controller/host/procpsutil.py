@@ -72,12 +72,17 @@ def environ(pid: int) -> bytes | None:
     return b"".join(f"{k}={v}".encode(errors="surrogateescape") + b"\0" for k, v in env.items())
 
 
+def pids() -> list[int]:
+    """Every process's pid."""
+    import psutil
+
+    return list(psutil.pids())
+
+
 def scan(needle: bytes) -> Iterator[tuple[int, bytes]]:
     """``(pid, environ)`` of every other process whose environment holds ``needle``."""
     me = os.getpid()
-    import psutil
-
-    for pid in psutil.pids():
+    for pid in pids():
         if pid == me:
             continue
         try:

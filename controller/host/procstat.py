@@ -9,6 +9,7 @@ clock is stepped, and then psutil's figures move with it too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -59,6 +60,21 @@ def exiting(pid: int) -> bool:
         and len(fields) > 6
         and (fields[0] == b"Z" or int(fields[6]) & PF_EXITING != 0)
     )
+
+
+def group(pgid: int) -> list[int]:
+    """The pids of process group ``pgid``'s live members (a zombie is one until reaped)."""
+    pids = procpsutil.pids() if procpsutil.ACTIVE else _pids()
+    members = []
+    for pid in pids:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            if os.getpgid(pid) == pgid:
+                members.append(pid)
+    return members
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
 def _fields(pid: int) -> list[bytes] | None:

@@ -79,6 +79,11 @@ class GatewayDrains(Protocol):
 
     def end_drain(self, old: Record) -> None: ...
 
+    def resume_drain(self, old: Record) -> bool:
+        """Look at a drain of ``old`` that a daemon before this one asked and did not see
+        end, as if this one had asked it; False: no such ask stands."""
+        ...
+
 
 # Seconds past a drained engine's grace period for the gateways' answers (a poll or two),
 # as the gateway keeper's blocking drain gives them (``registry.DRAIN_SLACK``).
@@ -491,6 +496,9 @@ class Launcher:
         starts again from the next round)."""
         began = self._stopping.get(rec.name)
         if began is None or began[1] != rec.nonce:
+            if self._resume_drain(rec):
+                self._stopping[rec.name] = (action, rec.nonce)
+                return False  # signalled once the drain is over, as ``begin``'s are
             if not self.tear(
                 rec, action.verb, action.reason, lambda: self.backend.signal_stop(rec)
             ):
@@ -512,6 +520,18 @@ class Launcher:
         self.tear(rec, first.verb, first.reason, lambda: self.backend.teardown(spent))
         self._stopping.pop(rec.name, None)
         self._ended(rec, first)
+        return True
+
+    def _resume_drain(self, rec: Record) -> bool:
+        """A drain that the daemon before this one asked and did not see end (SIGKILLed
+        while its gateways drained ``rec``) is this launcher's now: the answers in flight
+        end whole before the stop signal, as they would have. Signalled at once, they
+        were cut; the record keeps the drain's end (``backoff_until``) its asker gave."""
+        if not self.defer_stops or self.drains is None or self.backend.stopped(rec):
+            return False
+        if not self.drains.resume_drain(rec):
+            return False
+        self._draining[rec.name] = rec.nonce
         return True
 
     def _is_draining(self, rec: Record) -> bool:

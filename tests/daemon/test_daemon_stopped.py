@@ -71,3 +71,25 @@ def test_a_once_beside_a_daemon_stopped_in_its_pass_names_it(
         os.kill(d.pid, signal.SIGCONT)
     d.wait(lambda: ready_pid(rc, "web"), "web Ready: the pass went on")
     finish(d)
+
+
+def test_a_second_daemon_beside_a_stopped_one_says_a_sigterm_waits_for_sigcont(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """A second daemon on the state dir of a stopped one said "stop it first (systemctl
+    stop reconcile, or kill N)": a plain `kill N` is not acted on until the daemon runs
+    again, so the user waited on a daemon that never stopped. It names it stopped, and
+    the SIGCONT its SIGTERM needs."""
+    rc = reconcile
+    d = started(rc, daemon, "web")
+    os.kill(d.pid, signal.SIGSTOP)
+    try:
+        rc.wait_for(lambda: stopped(d.pid), what="the daemon stopped")
+        second = rc(check=1)
+        assert f"another reconcile daemon (pid {d.pid}) already runs" in second.err, second
+        assert "stopped (SIGSTOP, a debugger)" in second.err, second
+        assert f"kill {d.pid} && kill -CONT {d.pid}" in second.err, second
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    assert "stopped" not in rc(check=1).err  # running again: the usual words
+    finish(d)

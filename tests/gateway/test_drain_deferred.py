@@ -51,3 +51,63 @@ def test_a_crash_is_restarted_while_another_engine_drains_a_stream(
 
     reconcile.wait_for(recreated, timeout=WAIT, what="a Ready on its new spec")
     g.finish()
+
+
+def _killed_mid_drain(reconcile: Any, gateway: Any) -> tuple[int, Stream]:
+    """``a`` streaming (~20 s) through a daemon's gateway, its spec changed (a recreate:
+    drained), the daemon SIGKILLed once ``a`` is Terminating, its drain asked; the
+    gateway serves the stream on. ``a``'s pid, and the stream."""
+    slow = reconcile.demo_command(load_seconds="0", chunks="100", chunk_delay="0.2")
+    reconcile.write("a", command=slow, stopGracePeriodSeconds=60)
+    g = gateway()
+    first: int = g.wait_phase("a", "Ready")["pid"]
+    stream = Stream(g.port, "a")
+    reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
+    reconcile.write("a", command=reconcile.demo_command(load_seconds="0", chunks="3"))
+
+    def draining() -> bool:
+        rec = reconcile.record("a")
+        return rec is not None and rec["phase"] == "Terminating" and rec["nonce"] is not None
+
+    reconcile.wait_for(draining, timeout=WAIT, what="a Terminating, its drain asked")
+    assert StateDir(reconcile.state).retire_ask(reconcile.record("a")["nonce"]).exists()
+    g.proc.kill()
+    g.proc.wait(timeout=WAIT)
+    return first, stream
+
+
+def _whole(stream: Stream) -> None:
+    stream.thread.join(timeout=WAIT)
+    assert stream.body.rstrip().endswith(b"data: [DONE]"), stream.body[-400:]
+    assert b"error" not in stream.body, stream.body[-400:]
+
+
+def test_a_daemon_killed_while_its_gateway_drains_leaves_the_stream_to_end_whole(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The next daemon's first pass took the killed one's drain for a teardown already
+    signalled ("finishing an interrupted teardown") and signalled the engine at once,
+    which cut the stream. It takes the drain over: the stream ends whole, then the
+    engine is signalled and ``a`` recreated."""
+    first, stream = _killed_mid_drain(reconcile, gateway)
+    g2 = gateway()
+    _whole(stream)
+
+    def recreated() -> bool:
+        a = reconcile.status().get("a", {})
+        return a.get("phase") == "Ready" and a.get("pid") not in (None, first)
+
+    reconcile.wait_for(recreated, timeout=WAIT, what="a Ready on its new spec")
+    g2.finish()
+
+
+def test_a_once_after_a_daemon_killed_mid_drain_lets_the_stream_end_whole(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A cron `--once` (no daemon now) finishing the killed daemon's teardown signalled
+    the engine at once, cutting the stream the gateway still served: it drains first."""
+    first, stream = _killed_mid_drain(reconcile, gateway)
+    reconcile.once()
+    _whole(stream)
+    assert reconcile.status()["a"]["pid"] not in (None, first)
+    reconcile.down("--gateway")

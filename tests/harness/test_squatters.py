@@ -7,8 +7,10 @@ must come out of every case alive: reconcile never signals what is not its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -105,6 +107,43 @@ def test_pid_reuse_never_signals_the_new_owner(cluster: Cluster) -> None:
     edit(cluster, "a0", ref={"pid": squatter.pid, "start_time": rec["ref"]["start_time"]})
     clean(cluster.run("down"))
     assert squatter.poll() is None, "`down` killed a process that reused the engine's pid"
+
+
+def leaderless_group(cluster: Cluster) -> tuple[int, int]:
+    """A foreign process group whose leader has exited: (its group id, its member's pid).
+
+    After a reboot, or a pid namespace's restart (the daemon's container restarted), a
+    dead engine's recorded pid can be such a group's id: the kernel keeps a group id from
+    new processes while a member lives, not from groups that formed after the engine died.
+    """
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 600 >/dev/null & echo $!"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        env=cluster.env,
+    )
+    out, _ = leader.communicate(timeout=30)  # reaped: its pid is free, its group is not
+    member = int(out)
+    assert os.getpgid(member) == leader.pid and not alive(leader.pid)
+    return leader.pid, member
+
+
+def test_a_foreign_group_at_a_dead_engines_pid_is_not_signalled(cluster: Cluster) -> None:
+    rec = running(cluster)
+    crash(cluster, "a0")
+    group, member = leaderless_group(cluster)
+    try:
+        edit(cluster, "a0", ref={"pid": group, "start_time": rec["ref"]["start_time"]})
+        healed = cluster.once()
+        assert healed.code == 0, str(healed)
+        assert alive(member), "a pass killed a foreign group at the dead engine's pid"
+        assert violations(cluster) == [], describe(cluster)
+        edit(cluster, "a0", ref={"pid": group, "start_time": rec["ref"]["start_time"]})
+        clean(cluster.run("down"))
+        assert alive(member), "`down` killed a foreign group at the dead engine's pid"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
 
 
 def test_a_forged_identity_is_not_signalled(cluster: Cluster) -> None:

@@ -656,7 +656,6 @@ class LocalBackend:
     def _carries(self, pid: int, nonce: str) -> bool:
         """Whether ``pid``'s environment holds this instance's marker; PermissionError
         when this user may not read it."""
-        marker = f"{MARKER}={self.node}/".encode()
         # Right after spawn the environment can read empty for a moment: Popen returns
         # once exec has begun, before the kernel lays out the new environment.
         deadline = time.monotonic() + ENVIRON_WAIT
@@ -668,8 +667,29 @@ class LocalBackend:
             if data or time.monotonic() >= deadline:
                 break
             time.sleep(POLL)
-        items = data.split(b"\0")
+        return self._holds_marker(data, nonce)
+
+    def _holds_marker(self, environ: bytes, nonce: str) -> bool:
+        """Whether an environment holds this node's marker of instance ``nonce``."""
+        marker = f"{MARKER}={self.node}/".encode()
+        items = environ.split(b"\0")
         return any(i.startswith(marker) and i.endswith(f"/{nonce}".encode()) for i in items)
+
+    def _group_carries(self, pgid: int, nonce: str) -> bool:
+        """Whether a member of the group ``pgid``, whose leader is gone, carries the marker.
+
+        On one boot, a dead leader's group id is no other group's while a member lives,
+        so what is left of it was the engine's. After a reboot, or a pid namespace's
+        restart (the daemon's container restarted) with the state dir kept, the recorded
+        pid can be a foreign group's id, its leader gone too: only a member carrying this
+        instance's marker (an engine's children inherit it) proves the group ours. One
+        whose environment this user may not read proves nothing (as ``_may_signal``).
+        """
+        for pid in procstat.group(pgid):
+            environ = procscan.environ(pid)  # None: gone, or not ours to read
+            if environ is not None and self._holds_marker(environ, nonce):
+                return True
+        return False
 
     def _signal_group(
         self, ref: ProcessRef, sig: int, *, nonce: str | None, leader_alive: bool = True
@@ -680,6 +700,8 @@ class LocalBackend:
             return  # never signal a process whose identity does not match (invariant 6)
         if not leader_alive and _reused(ref):
             return  # the pid (so the group id) is another process's now (invariant 6)
+        if not leader_alive and nonce is not None and not self._group_carries(ref.pid, nonce):
+            return  # no member is proven ours: the group id may be another's (a reboot)
         try:
             # Engines are session (and group) leaders: pgid == pid. An adopted engine
             # that moved groups is signalled alone; the marker sweep finds the rest.

@@ -141,7 +141,9 @@ def _own(ctx: Context, view: RecordView, entry: Entry | None) -> list[Judged]:
     if rec.phase is Phase.RESERVED:
         return [] if view.maker_alive else [_resolve_reservation(view)]
     if rec.phase is Phase.TERMINATING:
-        return [Stop(name=rec.name, reason="finishing an interrupted teardown")]
+        # Its gateway drain may still run (the gateway outlives the pass that died): one
+        # that finishes the stop in place drains first, so what it streams ends whole.
+        return [Stop(name=rec.name, reason="finishing an interrupted teardown", drain=True)]
     if moved := move_off_unhealthy(ctx, view):
         return list(moved)
     if is_next(rec.name):

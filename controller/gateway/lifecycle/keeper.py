@@ -51,11 +51,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller import __version__
+from controller.core.state import Phase
 from controller.errors import ConfigError, LockTimeout
 from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.handover import ask_metrics
 from controller.gateway.settings import Settings, said, settings_from_json, settings_to_json
 from controller.logsetup import get_logger
+from controller.store.instances.records import RecordStore
 from controller.store.side import refused
 from controller.store.statedir import StateDir
 
@@ -132,7 +134,9 @@ class Keeper:
         self._request_pass = request_pass
         registry.ensure(self.state_dir)
         registry.clear_stopped(self.state_dir)  # the next daemon starts it (README)
-        registry.clear_retires(self.state_dir)
+        # A drain that a daemon before this one asked of an engine still Terminating is
+        # this one's first pass's to finish (``Launcher._resume_drain``); others are void.
+        registry.clear_retires(self.state_dir, keep=_terminating(self.state_dir))
         from controller.store.watch import FolderWatch  # the daemon's, not the CLI's import
 
         self._retire_watch = FolderWatch(
@@ -195,6 +199,17 @@ class Keeper:
         """Every gateway ``ask_drain`` asked of ``old`` answered, or is gone."""
         asked = self._asked.get(old.nonce or "", [])
         return registry.drain_answered(self.state_dir, old.nonce or "", asked)
+
+    def resume_drain(self, old: Record) -> bool:
+        """A drain of ``old`` asked by a daemon before this one (killed before it ended):
+        its ask stands in retire/, and the gateways serving now answer it. False: none
+        stands (never asked, or its asker ended it and signalled the engine)."""
+        if old.nonce is None or not registry.retire_asked(self.state_dir, old.nonce):
+            return False
+        if self._retire_watch is not None:
+            self._retire_watch.rearm()
+        self._asked[old.nonce] = registry.live(self.state_dir)
+        return True
 
     def end_drain(self, old: Record) -> None:
         """The ask of ``old`` and its answers go (its engine is signalled now)."""
@@ -690,3 +705,9 @@ def _pidfd(info: registry.GatewayInfo) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def _terminating(state_dir: Path) -> set[str]:
+    """The nonces of the records Terminating in ``state_dir`` (a stop, maybe draining)."""
+    records = RecordStore(state_dir).peek().records.values()
+    return {r.nonce for r in records if r.phase is Phase.TERMINATING and r.nonce is not None}

@@ -435,6 +435,11 @@ def ask_retire(state_dir: Path, nonce: str, name: str, new: str | None, grace: f
     write_atomic(StateDir(state_dir).retire_ask(nonce), json.dumps(data).encode())
 
 
+def retire_asked(state_dir: Path, nonce: str) -> bool:
+    """An ask to retire the instance ``nonce`` stands (``drop_retire`` has not ended it)."""
+    return StateDir(state_dir).retire_ask(nonce).exists()
+
+
 @dataclass(frozen=True, slots=True)
 class RetireAsk:
     nonce: str
@@ -480,11 +485,14 @@ def drop_retire(state_dir: Path, nonce: str) -> None:
                     os.unlink(entry.path)
 
 
-def clear_retires(state_dir: Path) -> None:
+def clear_retires(state_dir: Path, keep: set[str]) -> None:
     """A daemon starting: no drain of an earlier one is still waiting (one daemon per
-    state dir, the lock says so), so what such a drain asked is void."""
+    state dir, the lock says so), so what such a drain asked is void, but for the asks
+    (and their answers) of the instances ``keep`` names, which this daemon takes over."""
     with contextlib.suppress(OSError):
         for entry in os.scandir(retire_folder(state_dir)):
+            if entry.name.partition(".")[0] in keep:
+                continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
 
