@@ -198,8 +198,8 @@ def _not_reconciles(found: Mapping[str, str], item: EnvFrom) -> None:
     """A file's keys are known only now: one reconcile sets itself (PORT, the device
     fence) is refused as in spec.env, since the placement would replace its value."""
     what = f"file {item.file}" if item.file is not None else f"sopsFile {item.sops_file}"
-    for key in found:  # a key, never a value
-        why = refusal(key, "that file")
+    for key, value in found.items():  # the value only compared, never said
+        why = refusal(key, "that file", value)
         if why is not None:
             raise SecretError(0, f"{what} sets {key}: {why}")
 

@@ -471,6 +471,21 @@ def test_spec_env_may_not_set_what_reconcile_sets(name: str) -> None:
     assert "HF_HOME" not in said, said  # the user's own variables are theirs
 
 
+def test_cuda_device_order_given_reconcile_s_own_value_is_accepted_and_restarts_nothing() -> None:
+    """`env: {CUDA_DEVICE_ORDER: PCI_BUS_ID}`, as vLLM's and NVIDIA's guides write it, was
+    refused from 2026-12-06 (an upgraded node called a running deployment's spec invalid):
+    it is the value reconcile sets anyway, so it is taken, and the line changes no hash.
+    Another value would renumber the GPUs under the fence: refused on the key's line."""
+    plain = Deployment.model_validate(doc(env={"HF_HOME": "/data/hf"}))
+    said = Deployment.model_validate(
+        doc(env={"HF_HOME": "/data/hf", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    )
+    assert spec_hash(said.spec) == spec_hash(plain.spec)
+    refused = error_of(doc(env={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}))
+    assert refused.startswith("spec.env.CUDA_DEVICE_ORDER: reconcile sets CUDA_DEVICE_ORDER")
+    assert "(or give it PCI_BUS_ID)" in refused, refused
+
+
 def test_the_refused_variables_say_what_to_write_instead() -> None:
     assert "spec.port" in error_of(doc(env={"PORT": "1"}))
     assert "spec.devices" in error_of(doc(env={"CUDA_VISIBLE_DEVICES": "1"}))

@@ -74,6 +74,23 @@ def test_a_file_others_can_read_is_refused(tmp_path: Path) -> None:
     assert secrets.resolve(_spec({"file": str(path)}), tmp_path) == {"TOKEN": "hunter2"}
 
 
+def test_a_file_giving_cuda_device_order_reconcile_s_own_value_is_taken(
+    tmp_path: Path,
+) -> None:
+    """An envFrom file may say CUDA_DEVICE_ORDER=PCI_BUS_ID (reconcile's own value), as
+    spec.env may; another value is refused naming the key, never the value."""
+    path = tmp_path / "s.env"
+    path.write_text("CUDA_DEVICE_ORDER=PCI_BUS_ID\nTOKEN=hunter2\n")
+    path.chmod(0o600)
+    env = secrets.resolve(_spec({"file": str(path)}), tmp_path)
+    assert env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TOKEN": "hunter2"}
+    path.write_text("CUDA_DEVICE_ORDER=FASTEST_FIRST\n")
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(_spec({"file": str(path)}), tmp_path)
+    assert "sets CUDA_DEVICE_ORDER: reconcile sets CUDA_DEVICE_ORDER" in str(caught.value)
+    assert "FASTEST_FIRST" not in str(caught.value)
+
+
 def test_later_items_win_and_the_digest_hides_values(tmp_path: Path) -> None:
     first, second = tmp_path / "a.env", tmp_path / "b.env"
     for path, text in ((first, "A=1\nB=1\n"), (second, "B=2\n")):

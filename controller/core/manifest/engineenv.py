@@ -40,13 +40,31 @@ RECONCILE_SETS: dict[str, str] = {
 }
 
 
-def refusal(name: str, where: str) -> str | None:
-    """Why ``where`` (``spec.env``, an envFrom file) may not set ``name``, in the words
-    every such error shares; None: the variable is the user's."""
+# Those reconcile sets to one value whatever the placement: the manifest may say the same
+# value (vLLM's and NVIDIA's guides write CUDA_DEVICE_ORDER=PCI_BUS_ID; refused from
+# 2026-12-06, an upgraded node called such a deployment's spec invalid), never another.
+FIXED: dict[str, str] = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def refusal(name: str, where: str, value: str | None = None) -> str | None:
+    """Why ``where`` (``spec.env``, an envFrom file) may not set ``name`` (to ``value``,
+    where known), in the words every such error shares; None: the variable is the user's,
+    or the value is the one reconcile sets anyway (``FIXED``)."""
     source = RECONCILE_SETS.get(name)
-    if source is None:
+    if source is None or (value is not None and FIXED.get(name) == value):
         return None
-    return f"reconcile sets {name} {source}; remove it from {where}"
+    same = f" (or give it {FIXED[name]})" if name in FIXED else ""
+    return f"reconcile sets {name} {source}; remove it from {where}{same}"
+
+
+def without_fixed(env: object) -> object:
+    """``spec.env`` before its keys are checked: a ``FIXED`` variable given its own value
+    left out (the engine gets that value from reconcile anyway, and a spec that says it
+    hashes as one that does not: adding the line restarts nothing). Any other value stays,
+    for its key's check to refuse on the key's own line."""
+    if not isinstance(env, dict) or not any(env.get(k) == v for k, v in FIXED.items()):
+        return env
+    return {k: v for k, v in env.items() if FIXED.get(k) != v}
 
 
 def not_reconciles(name: str) -> str:

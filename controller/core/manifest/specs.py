@@ -32,7 +32,7 @@ from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
 from controller.core.manifest import hints
-from controller.core.manifest.engineenv import not_reconciles
+from controller.core.manifest.engineenv import not_reconciles, without_fixed
 from controller.core.manifest.excerpt import did_you_mean, short
 from controller.core.manifest.labels import Labels
 
@@ -634,7 +634,9 @@ class DeploymentSpec(Model):
     args: tuple[Template, ...] = Field(
         default=(), description="Appended to the recipe's argv (placeholders allowed)."
     )
-    env: Annotated[dict[EnvKey, Arg], AfterValidator(_env_names)] = Field(
+    env: Annotated[
+        dict[EnvKey, Arg], BeforeValidator(without_fixed), AfterValidator(_env_names)
+    ] = Field(
         default_factory=dict,
         description="Extra environment variables for the engine; not those reconcile sets "
         "from the placement (PORT, RECONCILE_NAME, RECONCILE_INSTANCE, CUDA_VISIBLE_DEVICES "
