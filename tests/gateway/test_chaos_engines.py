@@ -1,0 +1,96 @@
+"""Engines that misbehave (chaos_engine.py) behind the real daemon and its gateway
+process: whatever an engine sends, the gateway's memory stays bounded, its client gets
+an answer (or the engine's bytes as they come), and nothing is logged as a traceback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+CHAOS = Path(__file__).with_name("chaos_engine.py")
+GROWTH_MAX = 200 * 1024  # KiB a gateway may grow by here (each fault below took GBs)
+
+
+def chaos(*extra: str) -> list[str]:
+    return [sys.executable, str(CHAOS), "--port", "{port}", *extra]
+
+
+def kib(pid: int, field: str) -> int:
+    """``VmRSS`` or ``VmHWM`` (the peak) of a process, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def engine_log(reconcile: Any, instance: str) -> str:
+    path: Path = reconcile.state / "instances" / "logs" / f"{instance}.log"
+    return path.read_text() if path.is_file() else ""
+
+
+def no_traceback(g: Any) -> None:
+    text = g.text()
+    assert "Traceback" not in text and '"level": "error"' not in text, text[-3000:]
+
+
+def test_a_chunk_whose_size_never_ends_is_passed_on_in_pieces_in_bounded_memory(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A chunk was read whole before a byte of it went on: one whose size line said a
+    terabyte grew the gateway by 4 GB in 20 s, while its client got nothing."""
+    reconcile.write("c", command=chaos("--mode", "bigchunk"))
+    g = gateway()
+    g.wait_phase("c", "Ready")
+    pid = g.serving().ref.pid
+    before = kib(pid, "VmRSS")
+    body = json.dumps({"model": "c", "prompt": "hi"}).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
+        "Content-Type: application/json\r\n\r\n"
+    ).encode()
+    want, got = 32 * 1024 * 1024, 0
+    with socket.create_connection(("127.0.0.1", g.port), timeout=30) as sock:
+        sock.sendall(head + body)
+        deadline = time.monotonic() + 60
+        while got < want and time.monotonic() < deadline:
+            data = sock.recv(1 << 20)
+            assert data, f"the gateway closed after {got} bytes"
+            got += len(data)
+    assert got >= want, f"{got} bytes of the endless chunk came in 60 s"
+    grown = kib(pid, "VmHWM") - before
+    assert grown < GROWTH_MAX, f"the gateway grew by {grown} KiB passing {got} bytes on"
+    # The client's close ended the engine's answer (the gateway closed its connection).
+    reconcile.wait_for(lambda: "closed after" in engine_log(reconcile, "c"), what="its end")
+    assert g.request("GET", "/healthz").status == 200
+    g.finish()
+    no_traceback(g)
+
+
+def test_an_engine_metrics_page_with_no_end_is_read_in_bounded_memory(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The engines' /metrics were read whole, for up to the read's 2 s: an endless page
+    (chunked, or a Content-Length of a terabyte) grew the gateway by 500 MB every 5 s. A
+    page is read up to 4 MiB, then its connection closed."""
+    reconcile.write("huge", command=chaos("--metrics", "huge"))
+    reconcile.write("vast", command=chaos("--metrics", "vast"))
+    g = gateway()
+    g.wait_phase("huge", "Ready")
+    g.wait_phase("vast", "Ready")
+    pid = g.serving().ref.pid
+    before = kib(pid, "VmRSS")
+
+    def ended(instance: str) -> int:
+        return engine_log(reconcile, instance).count("closed after")
+
+    # Two reads of each page begun and ended (every 5 s).
+    reconcile.wait_for(lambda: min(ended("huge"), ended("vast")) >= 2, timeout=60, what="reads")
+    grown = kib(pid, "VmHWM") - before
+    assert grown < GROWTH_MAX, f"the gateway grew by {grown} KiB reading endless /metrics"
+    assert g.post("huge").status == 200 and g.post("vast").status == 200
+    g.finish()
+    no_traceback(g)
