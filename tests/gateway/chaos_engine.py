@@ -5,9 +5,9 @@
 ``GET /health`` answers 200. With ``--sick INSTANCE``, only the replica whose
 ``RECONCILE_INSTANCE`` names that instance misbehaves; the others answer every POST
 with a whole JSON body naming their instance (``ok``). A POST's misbehaviour
-(``--mode``): ``hang`` reads it and never answers; ``bigchunk`` sends a head, then one
-chunk whose size line says a terabyte, and its bytes for ever; ``bighead`` a head of
-100 KB; ``garbage`` bytes that are not HTTP, then closes. ``GET /metrics``
+(``--mode``): ``bigchunk`` sends a head, then one chunk whose size line says a
+terabyte, and its bytes for ever; ``bighead`` a head of 100 KB; ``garbage`` bytes that
+are not HTTP, then closes. ``GET /metrics``
 (``--metrics``): ``huge`` sends a page with no end (chunked), ``vast`` one whose
 Content-Length says a terabyte; else a page of vLLM's queue. Each request is one stdout
 line (``POST /v1/x``), and each endless answer's end (``closed after N bytes``): a test
@@ -21,7 +21,7 @@ import asyncio
 import json
 import os
 
-MODES = ("ok", "hang", "bigchunk", "bighead", "garbage")
+MODES = ("ok", "bigchunk", "bighead", "garbage")
 METRICS = ("ok", "huge", "vast")
 BLOB = b"x" * 65536
 PAGE = b"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
@@ -82,8 +82,6 @@ async def answer(
         writer.write(whole(b'{"status": "ok"}'))
     elif line.startswith("GET /metrics"):
         await metrics_page(writer, metrics)
-    elif mode == "hang":
-        await asyncio.Event().wait()
     elif mode == "bigchunk":
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffff\r\n")
         await endless(writer, b"")

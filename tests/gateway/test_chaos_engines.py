@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import openai
+
 CHAOS = Path(__file__).with_name("chaos_engine.py")
 GROWTH_MAX = 200 * 1024  # KiB a gateway may grow by here (each fault below took GBs)
 
@@ -92,5 +94,44 @@ def test_an_engine_metrics_page_with_no_end_is_read_in_bounded_memory(
     grown = kib(pid, "VmHWM") - before
     assert grown < GROWTH_MAX, f"the gateway grew by {grown} KiB reading endless /metrics"
     assert g.post("huge").status == 200 and g.post("vast").status == 200
+    g.finish()
+    no_traceback(g)
+
+
+def test_an_answer_that_is_no_http_is_a_502_that_says_so_and_its_replica_takes_the_rest(
+    reconcile: Any, gateway: Any
+) -> None:
+    """An engine that answers bytes of another protocol, or a head of 100 KB, gave its
+    client a 502 saying it "closed the connection before answering": its operator looked
+    for a crash. The 502 says what it answered and where to look; three in a row eject it,
+    and the healthy replica takes every request after."""
+    said = {"garbage": "not an HTTP/1.x status line", "bighead": "an answer head over 65536"}
+    for mode in said:
+        reconcile.write(mode, replicas=2, command=chaos("--mode", mode, "--sick", mode))
+    g = gateway()
+    for mode in said:
+        g.wait_phase(mode, "Ready")
+        g.wait_phase(f"{mode}@1", "Ready")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="-", max_retries=0)
+    with client:
+        for mode, words in said.items():
+            failed: list[openai.APIStatusError] = []
+            for _ in range(60):
+                try:
+                    answer = client.completions.create(model=mode, prompt="hi", timeout=30)
+                except openai.APIStatusError as exc:
+                    failed.append(exc)
+                    continue
+                assert answer.system_fingerprint == f"{mode}@1", answer
+                if len(failed) == 3:
+                    break
+            assert len(failed) == 3, failed  # then ejected: the replica takes the rest
+            for exc in failed:
+                assert exc.status_code == 502, exc
+                assert f"the engine of '{mode}' gave no answer to pass on ({words}" in str(exc)
+                assert f"`reconcile logs {mode}`" in str(exc), exc
+            for _ in range(5):
+                answer = client.completions.create(model=mode, prompt="hi", timeout=30)
+                assert answer.system_fingerprint == f"{mode}@1", answer
     g.finish()
     no_traceback(g)

@@ -341,7 +341,7 @@ class Forwarder:
                 retried="same instance" if again else "no",
             )
             if not again:
-                return _upstream_error(target.deployment)
+                return _upstream_error(target.deployment, exc)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": target.deployment}):
                 return await self._send(incoming, body, want.pool, target, fresh=True)
@@ -355,7 +355,7 @@ class Forwarder:
                 retried="another instance" if other is not None else "no",
             )
             if other is None:
-                return _upstream_error(target.deployment)
+                return _upstream_error(target.deployment, exc)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
                 return await self._send(incoming, body, want.pool, other, fresh=True)
@@ -615,11 +615,18 @@ def _failed(name: str, exc: UpstreamFailed) -> Response:
     if isinstance(exc, UpstreamHung):
         why = f"the engine of {name!r} is hung ({exc}); retry later"
         return error(504, why, "upstream_timeout", retry_after=RETRY_AFTER)
-    return _upstream_error(name)
+    return _upstream_error(name, exc)
 
 
-def _upstream_error(name: str) -> Response:
-    why = f"the engine of {name!r} closed the connection before answering; retry later"
+def _upstream_error(name: str, exc: UpstreamFailed) -> Response:
+    """A 502 that says what the engine did, in upstream.py's words: every failure was
+    "closed the connection before answering", an answer that is no HTTP (a head of
+    100 KB, bytes of another protocol) or one cut short too, which sent its operator to
+    look for a crash."""
+    why = (
+        f"the engine of {name!r} gave no answer to pass on ({exc}); retry later, and if "
+        f"it recurs, `reconcile logs {name}` may say why"
+    )
     return error(502, why, "upstream_error")
 
 
