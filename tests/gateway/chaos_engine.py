@@ -6,10 +6,10 @@
 ``RECONCILE_INSTANCE`` names that instance misbehaves; the others answer every POST
 with a whole JSON body naming their instance (``ok``). A POST's misbehaviour
 (``--mode``): ``bigchunk`` sends a head, then one chunk whose size line says a
-terabyte, and its bytes for ever; ``bighead`` a head of 100 KB; ``garbage`` bytes that
-are not HTTP, then closes. ``GET /metrics``
-(``--metrics``): ``huge`` sends a page with no end (chunked), ``vast`` one whose
-Content-Length says a terabyte; else a page of vLLM's queue. Each request is one stdout
+terabyte, and its bytes for ever; ``interim`` interim answers (``100 Continue``) for
+ever; ``bighead`` a head of 100 KB; ``garbage`` bytes that are not HTTP, then closes.
+``GET /metrics`` (``--metrics``): ``huge`` sends a page with no end (chunked), ``vast``
+one whose Content-Length says a terabyte; else a page of vLLM's queue. Each request is one stdout
 line (``POST /v1/x``), and each endless answer's end (``closed after N bytes``): a test
 counts what reached it.
 """
@@ -21,7 +21,7 @@ import asyncio
 import json
 import os
 
-MODES = ("ok", "bigchunk", "bighead", "garbage")
+MODES = ("ok", "bigchunk", "bighead", "garbage", "interim")
 METRICS = ("ok", "huge", "vast")
 BLOB = b"x" * 65536
 PAGE = b"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
@@ -87,6 +87,10 @@ async def answer(
         await endless(writer, b"")
     elif mode == "bighead":
         writer.write(b"HTTP/1.1 200 OK\r\nX-Big: " + b"y" * 100_000 + b"\r\n" + whole(b"{}")[17:])
+    elif mode == "interim":
+        while True:
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" * 64)
+            await writer.drain()
     elif mode == "garbage":
         writer.write(b"\x00\x01 this is no HTTP at all \xff\r\n\r\n")
         await writer.drain()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -133,5 +134,37 @@ def test_an_answer_that_is_no_http_is_a_502_that_says_so_and_its_replica_takes_t
             for _ in range(5):
                 answer = client.completions.create(model=mode, prompt="hi", timeout=30)
                 assert answer.system_fingerprint == f"{mode}@1", answer
+    g.finish()
+    no_traceback(g)
+
+
+def test_an_engine_that_sends_interim_answers_for_ever_is_a_502_at_once(
+    reconcile: Any, gateway: Any
+) -> None:
+    """Interim answers (1xx) were skipped for as long as they came: an engine that sent
+    ``100 Continue`` for ever held its client for good and took a core of the gateway's.
+    Past five (Go's client's bound) it is a 502 that says so."""
+    reconcile.write("c", command=chaos("--mode", "interim"))
+    g = gateway()
+    g.wait_phase("c", "Ready")
+    proc = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--max-time",
+            "60",
+            "-d",
+            json.dumps({"model": "c", "prompt": "hi"}),
+            f"http://127.0.0.1:{g.port}/v1/completions",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc  # 28: curl's own timeout, the gateway still silent
+    error = json.loads(proc.stdout)["error"]
+    assert error["code"] == "upstream_error", error
+    assert "gave no answer to pass on (more than 5 interim (1xx) answers)" in error["message"]
     g.finish()
     no_traceback(g)

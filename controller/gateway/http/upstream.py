@@ -47,6 +47,7 @@ IDLE_TIMEOUT = 15.0  # seconds an unused connection stays pooled (aiohttp's defa
 DUE_SLACK = 0.05  # seconds
 READ_SIZE = 64 * 1024  # bytes asked of the socket at once for a body of unknown end
 NO_BODY = frozenset({204, 304})
+INTERIM_MAX = 5  # interim (1xx) answers skipped before the answer's own head
 # bytes of a page ``get_text`` reads (an engine's /metrics: vLLM's is ~100 KB)
 TEXT_MAX = 4 * 1024 * 1024
 
@@ -139,7 +140,10 @@ class Upstream:
                 _write(conn, head + (body or b""))  # whole: one write, no coroutine
             else:
                 await _send_streamed(conn, head, length is not None, body)
-            while True:  # the answer's head, interim 1xx answers skipped
+            # The answer's head, interim 1xx answers skipped: a few (Go's client takes 5),
+            # since an engine that sent them for ever held its client for good, and the
+            # gateway's CPU with it.
+            for _ in range(INTERIM_MAX + 1):
                 try:
                     status, reason, version, fields = _parse_head(
                         await conn.reader.readuntil(b"\r\n\r\n")
@@ -148,6 +152,8 @@ class Upstream:
                     raise _unanswered(exc) from exc
                 if not 100 <= status < 200:
                     break
+            else:
+                raise Malformed(f"more than {INTERIM_MAX} interim (1xx) answers")
             named = CIMultiDict(fields)
             framing, keep = _framing(method, status, version, named)
         except BaseException:
