@@ -7,7 +7,9 @@
 with a whole JSON body naming their instance (``ok``). A POST's misbehaviour
 (``--mode``): ``bigchunk`` sends a head, then one chunk whose size line says a
 terabyte, and its bytes for ever; ``interim`` interim answers (``100 Continue``) for
-ever; ``bighead`` a head of 100 KB; ``garbage`` bytes that are not HTTP, then closes.
+ever; ``crlf`` a stream of events that end CRLF CRLF (waiting for ``--go FILE``
+midway); ``bighead`` a head of 100 KB; ``garbage`` bytes that are not HTTP, then
+closes.
 ``GET /metrics`` (``--metrics``): ``huge`` sends a page with no end (chunked), ``vast``
 one whose Content-Length says a terabyte; else a page of vLLM's queue. Each request is one stdout
 line (``POST /v1/x``), and each endless answer's end (``closed after N bytes``): a test
@@ -20,8 +22,9 @@ import argparse
 import asyncio
 import json
 import os
+from pathlib import Path
 
-MODES = ("ok", "bigchunk", "bighead", "garbage", "interim")
+MODES = ("ok", "bigchunk", "bighead", "garbage", "interim", "crlf")
 METRICS = ("ok", "huge", "vast")
 BLOB = b"x" * 65536
 PAGE = b"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
@@ -33,20 +36,21 @@ def main() -> None:
     parser.add_argument("--mode", choices=MODES, default="ok")
     parser.add_argument("--metrics", choices=METRICS, default="ok")
     parser.add_argument("--sick", help="the one instance that misbehaves (default: every one)")
+    parser.add_argument("--go", type=Path, help="crlf: the file whose creation ends the stream")
     args = parser.parse_args()
     instance = os.environ.get("RECONCILE_INSTANCE", "//").split("/")[1]
     sick = args.sick is None or args.sick == instance
     mode = args.mode if sick else "ok"
     metrics = args.metrics if sick else "ok"
-    asyncio.run(serve(args.port, mode, metrics, instance))
+    asyncio.run(serve(args.port, mode, metrics, instance, args.go))
 
 
-async def serve(port: int, mode: str, metrics: str, instance: str) -> None:
+async def serve(port: int, mode: str, metrics: str, instance: str, go: Path | None) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while line := await read_request(reader):
                 print(line, flush=True)
-                if not await answer(writer, line, mode, metrics, instance):
+                if not await answer(writer, line, mode, metrics, instance, go):
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -75,7 +79,12 @@ async def read_request(reader: asyncio.StreamReader) -> str | None:
 
 
 async def answer(
-    writer: asyncio.StreamWriter, line: str, mode: str, metrics: str, instance: str
+    writer: asyncio.StreamWriter,
+    line: str,
+    mode: str,
+    metrics: str,
+    instance: str,
+    go: Path | None = None,
 ) -> bool:
     """Answer one request; False: the connection ends."""
     if line.startswith("GET /health"):
@@ -91,6 +100,8 @@ async def answer(
         while True:
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" * 64)
             await writer.drain()
+    elif mode == "crlf":
+        await crlf_stream(writer, go)
     elif mode == "garbage":
         writer.write(b"\x00\x01 this is no HTTP at all \xff\r\n\r\n")
         await writer.drain()
@@ -100,6 +111,29 @@ async def answer(
         writer.write(whole(body))
     await writer.drain()
     return True
+
+
+async def crlf_stream(writer: asyncio.StreamWriter, go: Path | None) -> None:
+    """A chat stream whose events end CRLF CRLF (sse-starlette's way): one, then, once
+    ``go`` exists, another, the usage chunk and ``[DONE]``."""
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    event(writer, {"choices": [{"index": 0, "delta": {"content": "one"}}]})
+    await writer.drain()
+    while go is not None and not go.exists():
+        await asyncio.sleep(0.05)
+    event(writer, {"choices": [{"index": 0, "delta": {"content": "two"}}]})
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    event(writer, {"choices": [], "usage": usage})
+    data = b"data: [DONE]\r\n\r\n"
+    writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+
+
+def event(writer: asyncio.StreamWriter, chunk: dict[str, object]) -> None:
+    fields = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "c"}
+    data = b"data: %s\r\n\r\n" % json.dumps({**fields, **chunk}).encode()
+    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
 
 
 async def metrics_page(writer: asyncio.StreamWriter, metrics: str) -> None:

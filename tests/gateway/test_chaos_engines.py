@@ -14,6 +14,8 @@ from typing import Any
 
 import openai
 
+from controller.gateway.accounting.requestlog import path_in
+
 CHAOS = Path(__file__).with_name("chaos_engine.py")
 GROWTH_MAX = 200 * 1024  # KiB a gateway may grow by here (each fault below took GBs)
 
@@ -166,5 +168,35 @@ def test_an_engine_that_sends_interim_answers_for_ever_is_a_502_at_once(
     error = json.loads(proc.stdout)["error"]
     assert error["code"] == "upstream_error", error
     assert "gave no answer to pass on (more than 5 interim (1xx) answers)" in error["message"]
+    g.finish()
+    no_traceback(g)
+
+
+def test_a_stream_of_crlf_events_reaches_its_client_as_it_comes_and_is_counted(
+    reconcile: Any, gateway: Any
+) -> None:
+    """Events whose lines end CRLF (the SSE spec allows it; sse-starlette, llama-cpp-python's
+    server's, writes them) have no LF LF: a stream for which the gateway had asked the usage
+    chunk was held whole until its end (its client got nothing meanwhile), and its tokens
+    were never counted. Each event goes on as it comes, the usage chunk is taken out, and
+    its tokens are in the request log."""
+    go: Path = reconcile.tmp / "go"
+    reconcile.write("c", command=chaos("--mode", "crlf", "--go", str(go)))
+    g = gateway()
+    g.wait_phase("c", "Ready")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="-", max_retries=0)
+    with client:
+        hi = [{"role": "user", "content": "hi"}]
+        stream = client.chat.completions.create(model="c", messages=hi, stream=True, timeout=30)
+        chunks = iter(stream)
+        first = next(chunks)  # the engine sends no more until `go` exists
+        assert first.choices[0].delta.content == "one", first
+        go.touch()
+        rest = list(chunks)
+    assert [c.choices[0].delta.content for c in rest] == ["two"], rest  # no usage chunk
+    log = path_in(reconcile.state)
+    line = reconcile.wait_for(lambda: log.is_file() and log.read_text(), what="the log line")
+    said = json.loads(line.splitlines()[0])
+    assert (said["prompt_tokens"], said["completion_tokens"]) == (3, 2), said
     g.finish()
     no_traceback(g)
