@@ -7,9 +7,9 @@
 with a whole JSON body naming their instance (``ok``). A POST's misbehaviour
 (``--mode``): ``bigchunk`` sends a head, then one chunk whose size line says a
 terabyte, and its bytes for ever; ``interim`` interim answers (``100 Continue``) for
-ever; ``crlf`` a stream of events that end CRLF CRLF (waiting for ``--go FILE``
-midway); ``bighead`` a head of 100 KB; ``garbage`` bytes that are not HTTP, then
-closes.
+ever; ``trailers`` a body, then trailer fields for ever; ``crlf`` a stream of events
+that end CRLF CRLF (waiting for ``--go FILE`` midway); ``bighead`` a head of 100 KB;
+``garbage`` bytes that are not HTTP, then closes.
 ``GET /metrics`` (``--metrics``): ``huge`` sends a page with no end (chunked), ``vast``
 one whose Content-Length says a terabyte; else a page of vLLM's queue. Each request is one stdout
 line (``POST /v1/x``), and each endless answer's end (``closed after N bytes``): a test
@@ -24,7 +24,7 @@ import json
 import os
 from pathlib import Path
 
-MODES = ("ok", "bigchunk", "bighead", "garbage", "interim", "crlf")
+MODES = ("ok", "bigchunk", "bighead", "garbage", "interim", "crlf", "trailers")
 METRICS = ("ok", "huge", "vast")
 BLOB = b"x" * 65536
 PAGE = b"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
@@ -99,6 +99,11 @@ async def answer(
     elif mode == "interim":
         while True:
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" * 64)
+            await writer.drain()
+    elif mode == "trailers":
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n")
+        while True:
+            writer.write(b"X-Trailer: y\r\n" * 4096)
             await writer.drain()
     elif mode == "crlf":
         await crlf_stream(writer, go)

@@ -200,3 +200,27 @@ def test_a_stream_of_crlf_events_reaches_its_client_as_it_comes_and_is_counted(
     assert (said["prompt_tokens"], said["completion_tokens"]) == (3, 2), said
     g.finish()
     no_traceback(g)
+
+
+def test_an_engine_that_sends_trailers_for_ever_has_its_answer_cut(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A chunked answer's trailer fields were read and dropped for as long as they came: an
+    engine that sent them for ever held its client for good (its body had come, but not
+    its end). Past 64 KiB of them the answer is cut, as any engine's failure mid-answer."""
+    reconcile.write("c", command=chaos("--mode", "trailers"))
+    g = gateway()
+    g.wait_phase("c", "Ready")
+    proc = subprocess.run(
+        [
+            "curl", "-sS", "--max-time", "60", "-d", json.dumps({"model": "c", "prompt": "hi"}),
+            f"http://127.0.0.1:{g.port}/v1/completions",
+        ],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    # 18: "transfer closed with outstanding read data remaining" (28: its own timeout)
+    assert proc.returncode == 18 and proc.stdout == "{}", proc
+    g.finish()
+    text = g.text()
+    assert "trailers over 65536 bytes" in text, text[-3000:]
+    no_traceback(g)

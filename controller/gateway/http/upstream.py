@@ -365,8 +365,13 @@ class Answer:
                     if data[-2:] != b"\r\n":
                         raise ValueError("a chunk does not end where its size says")
                     yield data[:-2]
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass  # trailers: none of the gateway's business
+                # Trailers: none of the gateway's business, but bounded as a head is: an
+                # engine that sent them for ever held its client for good, and a core.
+                trailers = 0
+                while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+                    trailers += len(line)
+                    if trailers > HEAD_MAX:
+                        raise ValueError(f"trailers over {HEAD_MAX} bytes")
             elif length is not None:
                 while length:
                     chunk = await reader.read(min(length, READ_SIZE))
