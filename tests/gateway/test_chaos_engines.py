@@ -4,6 +4,7 @@ an answer (or the engine's bytes as they come), and nothing is logged as a trace
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -223,4 +224,45 @@ def test_an_engine_that_sends_trailers_for_ever_has_its_answer_cut(
     g.finish()
     text = g.text()
     assert "trailers over 65536 bytes" in text, text[-3000:]
+    no_traceback(g)
+
+
+def test_uploads_past_the_body_limit_are_the_clients_413_and_eject_no_engine(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A chunked upload (no Content-Length) that outgrew --max-body while streaming was
+    the engine's failure: a 502 saying it closed the connection, and three in a row
+    ejected the healthy engine, so every client got 503s for 30 s (a client's doing,
+    again at will). It is the client's 413, naming the limit, and the engine serves on."""
+    echo = Path(__file__).with_name("echo_engine.py")
+    reconcile.write("e", command=[sys.executable, str(echo), "--port", "{port}", "--model", "e"])
+    g = gateway("--max-body", "200000")
+    g.wait_phase("e", "Ready")
+    mark = b"b0undary7Qz"
+    form = (
+        b'--%s\r\nContent-Disposition: form-data; name="model"\r\n\r\ne\r\n--%s\r\n'
+        b'Content-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+    ) % (mark, mark)
+    head = (
+        b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: multipart/form-data; boundary=%s\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ) % mark
+    pieces = [form] + [b"x" * 65536] * 6 + [b"\r\n--%s--\r\n" % mark]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", g.port), timeout=30) as sock:
+            sock.sendall(head)
+            with contextlib.suppress(ConnectionError):  # answered before the body's end
+                sock.sendall(chunked)
+            answer = b""
+            while data := sock.recv(65536):
+                answer += data
+        status, _, body = answer.partition(b"\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 413 "), answer[:500]
+        error = json.loads(body)["error"]
+        assert error["code"] == "request_too_large", error
+        assert "limit of 200000 bytes" in error["message"] and "--max-body" in error["message"]
+    assert g.post("e").status == 200  # not ejected
+    g.finish()
+    assert "instance ejected" not in g.text()
     no_traceback(g)

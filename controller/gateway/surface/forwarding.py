@@ -35,7 +35,7 @@ from controller.gateway.routing.readiness import ReadyWaits
 from controller.gateway.routing.swaps import Turns
 from controller.gateway.routing.table import HANDED_OVER, Table, Target
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
-from controller.gateway.surface.upload import Upload
+from controller.gateway.surface.upload import TooLarge, Upload
 from controller.gateway.surface.waiting import Waiting, sole
 from controller.host import bootclock, procstat
 from controller.logsetup import get_logger
@@ -329,6 +329,12 @@ class Forwarder:
         not reached at all is the caller's: UpstreamDown); else a 502."""
         try:
             return await self._send(incoming, body, want.pool, target)
+        except TooLarge as exc:
+            # The client's upload outgrew --max-body: its 413. As the engine's failure
+            # (a 502), three in a row ejected a healthy engine for every client.
+            answer = error(413, str(exc), "request_too_large")
+            answer.force_close()  # the rest of the body is not read
+            return answer
         except UpstreamHung as exc:
             return await self._elsewhere(incoming, body, want, target, exc)
         except UpstreamFailed as exc:
