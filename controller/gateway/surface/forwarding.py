@@ -237,6 +237,12 @@ class Forwarder:
                 try:
                     answer = await self._send_once_more(incoming, body, want, target)
                     return target.deployment, answer
+                except TooLarge as exc:
+                    # The client's upload outgrew --max-body: its 413. As the engine's
+                    # failure (a 502), three in a row ejected a healthy engine for all.
+                    refused = error(413, str(exc), "request_too_large")
+                    refused.force_close()  # the rest of the body is not read
+                    return target.deployment, refused
                 except UpstreamDown as exc:
                     why = str(exc)
                     log.info("engine not reached", deployment=target.deployment, error=why)
@@ -329,12 +335,6 @@ class Forwarder:
         not reached at all is the caller's: UpstreamDown); else a 502."""
         try:
             return await self._send(incoming, body, want.pool, target)
-        except TooLarge as exc:
-            # The client's upload outgrew --max-body: its 413. As the engine's failure
-            # (a 502), three in a row ejected a healthy engine for every client.
-            answer = error(413, str(exc), "request_too_large")
-            answer.force_close()  # the rest of the body is not read
-            return answer
         except UpstreamHung as exc:
             return await self._elsewhere(incoming, body, want, target, exc)
         except UpstreamFailed as exc:
