@@ -24,6 +24,9 @@ from typing import Any
 STREAMED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 ASKED = b'"stream_options":{"include_usage":true},'
 PENDING_MAX = 1024 * 1024  # bytes of an unfinished event kept to read its usage
+# An event ends at a blank line, its lines ended by LF or CRLF (the SSE spec allows both;
+# sse-starlette, which llama-cpp-python's server streams with, writes CRLF).
+_EVENT_END = re.compile(rb"(\r\n\r\n|\n\n)")
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 _COLON = re.compile(rb"\s*:\s*")
 _DECODER = json.JSONDecoder()
@@ -122,15 +125,19 @@ class StreamUsage:
             self._read(chunk)
             return chunk
         data = self.pending + chunk
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self.pending = data
-            return b""
-        whole, self.pending = data[: end + 2], data[end + 2 :]
+        end = _whole(data)
+        if not end:
+            # Held whole, a stream of CRLF events (no LF LF in it) reached its client
+            # only at its end, and one event with no end grew the gateway for ever.
+            # An event this long is no usage chunk: it goes on as it is.
+            self.pending = data if len(data) <= PENDING_MAX else b""
+            return b"" if self.pending else data
+        whole, self.pending = data[:end], data[end:]
         if not _USAGE_OBJECT.search(whole):
             return whole
-        kept = [e + b"\n\n" for e in whole.split(b"\n\n")[:-1] if not self._usage_only(e)]
-        return b"".join(kept)
+        parts = _EVENT_END.split(whole)  # event, its end, event, its end, ..., b""
+        events = zip(parts[0::2], parts[1::2], strict=False)
+        return b"".join([e + blank for e, blank in events if not self._usage_only(e)])
 
     def flush(self) -> bytes:
         rest, self.pending = self.pending, b""
@@ -138,13 +145,13 @@ class StreamUsage:
 
     def _read(self, chunk: bytes) -> None:
         data = self.pending + chunk
-        end = data.rfind(b"\n\n")
-        if end < 0:
+        end = _whole(data)
+        if not end:
             self.pending = data[-PENDING_MAX:]
             return
-        whole, self.pending = data[: end + 2], data[end + 2 :][-PENDING_MAX:]
+        whole, self.pending = data[:end], data[end:][-PENDING_MAX:]
         if _USAGE_OBJECT.search(whole):
-            for event in whole.split(b"\n\n"):
+            for event in _EVENT_END.split(whole)[0::2]:
                 self._usage_only(event)
 
     def _usage_only(self, event: bytes) -> bool:
@@ -168,6 +175,12 @@ class StreamUsage:
                 self.meter.saw(found)
                 return value.get("choices") == []
         return False
+
+
+def _whole(data: bytes) -> int:
+    """Where the last whole event of ``data`` ends (past its blank line); 0: none does."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
 def _count(found: dict[str, Any], names: tuple[str, ...]) -> int:

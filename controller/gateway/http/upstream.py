@@ -47,6 +47,9 @@ IDLE_TIMEOUT = 15.0  # seconds an unused connection stays pooled (aiohttp's defa
 DUE_SLACK = 0.05  # seconds
 READ_SIZE = 64 * 1024  # bytes asked of the socket at once for a body of unknown end
 NO_BODY = frozenset({204, 304})
+INTERIM_MAX = 5  # interim (1xx) answers skipped before the answer's own head
+# bytes of a page ``get_text`` reads (an engine's /metrics: vLLM's is ~100 KB)
+TEXT_MAX = 4 * 1024 * 1024
 
 SocketFactory = Callable[[tuple[Any, ...]], socket.socket]
 
@@ -137,7 +140,10 @@ class Upstream:
                 _write(conn, head + (body or b""))  # whole: one write, no coroutine
             else:
                 await _send_streamed(conn, head, length is not None, body)
-            while True:  # the answer's head, interim 1xx answers skipped
+            # The answer's head, interim 1xx answers skipped: a few (Go's client takes 5),
+            # since an engine that sent them for ever held its client for good, and the
+            # gateway's CPU with it.
+            for _ in range(INTERIM_MAX + 1):
                 try:
                     status, reason, version, fields = _parse_head(
                         await conn.reader.readuntil(b"\r\n\r\n")
@@ -146,6 +152,8 @@ class Upstream:
                     raise _unanswered(exc) from exc
                 if not 100 <= status < 200:
                     break
+            else:
+                raise Malformed(f"more than {INTERIM_MAX} interim (1xx) answers")
             named = CIMultiDict(fields)
             framing, keep = _framing(method, status, version, named)
         except BaseException:
@@ -348,12 +356,22 @@ class Answer:
         try:
             if self._framing.chunked:
                 while size := int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16):
+                    # A chunk is passed on in pieces: read whole, one whose size line said
+                    # a terabyte held the gateway's memory until it ran out (4 GB in 20 s)
+                    while size > READ_SIZE:
+                        yield await reader.readexactly(READ_SIZE)
+                        size -= READ_SIZE
                     data = await reader.readexactly(size + 2)
                     if data[-2:] != b"\r\n":
                         raise ValueError("a chunk does not end where its size says")
                     yield data[:-2]
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass  # trailers: none of the gateway's business
+                # Trailers: none of the gateway's business, but bounded as a head is: an
+                # engine that sent them for ever held its client for good, and a core.
+                trailers = 0
+                while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+                    trailers += len(line)
+                    if trailers > HEAD_MAX:
+                        raise ValueError(f"trailers over {HEAD_MAX} bytes")
             elif length is not None:
                 while length:
                     chunk = await reader.read(min(length, READ_SIZE))
@@ -394,14 +412,22 @@ class Answer:
 async def get_text(upstream: Upstream, host: str, port: int, path: str) -> tuple[int, str] | None:
     """``GET path`` of an engine, off the requests' path (its ``/metrics``): the answer's
     status and, of a 200, its body as text (in the charset its ``Content-Type`` names,
-    else UTF-8); None when no whole answer came, or its text is not in that charset. No
-    ``Accept-Encoding`` is sent, so the body comes as it is (aiohttp's client asked for
-    gzip and, told not to decompress, read compressed bytes as text)."""
+    else UTF-8); None when no whole answer came, it is longer than ``TEXT_MAX``, or its
+    text is not in that charset. No ``Accept-Encoding`` is sent, so the body comes as it
+    is (aiohttp's client asked for gzip and, told not to decompress, read compressed
+    bytes as text)."""
     try:
         async with await upstream.request("GET", host, port, path, [], None) as answer:
             if answer.status != 200:
                 return answer.status, ""
-            body = await answer.read()
+            # Read whole, an endless page held what its 2 s timeout let in (500 MB on
+            # loopback, every 5 s); past the bound the rest is left and the connection
+            # closed.
+            if (answer.content_length or 0) > TEXT_MAX:
+                return None
+            body = await answer.read_some(TEXT_MAX + 1)
+            if len(body) > TEXT_MAX:
+                return None
             charset = _charset(answer.headers.get("Content-Type", ""))
     except (Unreached, Dropped, Malformed, OSError):
         return None

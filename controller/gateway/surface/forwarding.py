@@ -35,7 +35,7 @@ from controller.gateway.routing.readiness import ReadyWaits
 from controller.gateway.routing.swaps import Turns
 from controller.gateway.routing.table import HANDED_OVER, Table, Target
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
-from controller.gateway.surface.upload import Upload
+from controller.gateway.surface.upload import TooLarge, Upload
 from controller.gateway.surface.waiting import Waiting, sole
 from controller.host import bootclock, procstat
 from controller.logsetup import get_logger
@@ -237,6 +237,12 @@ class Forwarder:
                 try:
                     answer = await self._send_once_more(incoming, body, want, target)
                     return target.deployment, answer
+                except TooLarge as exc:
+                    # The client's upload outgrew --max-body: its 413. As the engine's
+                    # failure (a 502), three in a row ejected a healthy engine for all.
+                    refused = error(413, str(exc), "request_too_large")
+                    refused.force_close()  # the rest of the body is not read
+                    return target.deployment, refused
                 except UpstreamDown as exc:
                     why = str(exc)
                     log.info("engine not reached", deployment=target.deployment, error=why)
@@ -341,7 +347,7 @@ class Forwarder:
                 retried="same instance" if again else "no",
             )
             if not again:
-                return _upstream_error(target.deployment)
+                return _upstream_error(target.deployment, exc)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": target.deployment}):
                 return await self._send(incoming, body, want.pool, target, fresh=True)
@@ -355,7 +361,7 @@ class Forwarder:
                 retried="another instance" if other is not None else "no",
             )
             if other is None:
-                return _upstream_error(target.deployment)
+                return _upstream_error(target.deployment, exc)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
                 return await self._send(incoming, body, want.pool, other, fresh=True)
@@ -615,11 +621,18 @@ def _failed(name: str, exc: UpstreamFailed) -> Response:
     if isinstance(exc, UpstreamHung):
         why = f"the engine of {name!r} is hung ({exc}); retry later"
         return error(504, why, "upstream_timeout", retry_after=RETRY_AFTER)
-    return _upstream_error(name)
+    return _upstream_error(name, exc)
 
 
-def _upstream_error(name: str) -> Response:
-    why = f"the engine of {name!r} closed the connection before answering; retry later"
+def _upstream_error(name: str, exc: UpstreamFailed) -> Response:
+    """A 502 that says what the engine did, in upstream.py's words: every failure was
+    "closed the connection before answering", an answer that is no HTTP (a head of
+    100 KB, bytes of another protocol) or one cut short too, which sent its operator to
+    look for a crash."""
+    why = (
+        f"the engine of {name!r} gave no answer to pass on ({exc}); retry later, and if "
+        f"it recurs, `reconcile logs {name}` may say why"
+    )
     return error(502, why, "upstream_error")
 
 

@@ -24,7 +24,7 @@ from controller.gateway.http.answers import body as error_body
 from controller.gateway.http.messages import Passed, Request, Response, StreamResponse
 from controller.gateway.http.upstream import Answer, Dropped, Malformed, Unreached, Upstream
 from controller.gateway.routing.table import Target
-from controller.gateway.surface.upload import TooLarge, Upload
+from controller.gateway.surface.upload import Upload
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -153,8 +153,6 @@ async def forward(
             length=length,
             fresh=fresh,
         )
-    except TooLarge as exc:
-        raise UpstreamFailed(str(exc), retry=False) from exc
     except Unreached as exc:
         # Refused, unreachable, or a SYN never answered (a cut link): nothing was sent.
         raise UpstreamDown(str(exc)) from exc

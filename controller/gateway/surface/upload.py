@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from controller.core.manifest.quantity import format_bytes
 from controller.gateway.http.messages import Body
 
 SCAN_MAX = 1024 * 1024  # bytes read at most to find the model field
@@ -22,7 +23,15 @@ _NAME = re.compile(rb'\bname="([^"]*)"', re.IGNORECASE)
 
 
 class TooLarge(Exception):
-    """The upload went past ``--max-body`` while streaming: the engine's request is cut."""
+    """The upload went past ``--max-body`` while streaming: the engine's request is cut.
+    The client's doing: its 413, and no verdict on the engine (forwarding.py)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the upload is larger than the gateway's limit of {limit} bytes "
+            f"({format_bytes(limit)}, its --max-body): send a smaller file, or ask the "
+            "gateway's operator to raise --max-body"
+        )
 
 
 def boundary(content_type: str) -> bytes | None:
@@ -91,7 +100,7 @@ class Upload:
         async for chunk in self.rest.iter_any():
             sent += len(chunk)
             if sent > self.limit:
-                raise TooLarge(f"the upload passed the gateway's limit of {self.limit} bytes")
+                raise TooLarge(self.limit)
             yield chunk
 
 
