@@ -15,11 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import warmcli
 
+from controller.failpoints import ENV as FAILPOINTS
+from controller.failpoints import LOG_ENV as FAILPOINTS_LOG
 from controller.failpoints import POINTS
 
 from .churn import full_churn, pool
-from .cluster import Cluster
+from .cluster import CLI_TIMEOUT, Cluster
 from .invariants import describe, violations
 
 # Points that only a recovery pass reaches: the crash that sets each of them up.
@@ -100,3 +103,24 @@ def test_failpoint(node: Cluster, point: str, action: str) -> None:
 @pytest.mark.parametrize(("point", "action"), _cases(slow=True))
 def test_failpoint_every_action(node: Cluster, point: str, action: str) -> None:
     check_fault(node, point, action)
+
+
+def test_an_armed_call_is_forked_warm_armed_from_its_own_environment(tmp_path: Path) -> None:
+    """A call with RECONCILE_FAILPOINTS is forked from the warm CLI (tests/warmcli.py), not
+    started cold (~0.45 s of CPU each, this module's dozens): the point is armed from its
+    environment, and the next call, armed with none, passes."""
+    cluster = Cluster(tmp_path)
+    cluster.write(pool()[0])
+    try:
+        argv, log = cluster.argv("--once"), {FAILPOINTS_LOG: str(cluster.faults)}
+        armed = {**cluster.env, **log, FAILPOINTS: "executor.spawn.before_record=kill"}
+        killed = warmcli.run(argv, env=armed, cwd=tmp_path, timeout=CLI_TIMEOUT)
+        assert killed is not None, "started cold"
+        assert killed.returncode == -signal.SIGKILL, killed
+        assert cluster.fired() == ["executor.spawn.before_record kill"]
+        healed = warmcli.run(argv, env={**cluster.env, **log}, cwd=tmp_path, timeout=CLI_TIMEOUT)
+        assert healed is not None and healed.returncode == 0, healed
+        assert cluster.fired() == ["executor.spawn.before_record kill"]  # fired once
+    finally:
+        leftovers = cluster.close()
+    assert not leftovers, f"engines outlived `reconcile down`: {leftovers}"
