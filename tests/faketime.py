@@ -36,7 +36,7 @@ typedef int (*timedwait)(pthread_cond_t *, pthread_mutex_t *, const struct times
 static timedwait glibc_timedwait;
 __attribute__((constructor)) static void found(void) {
     void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    glibc_timedwait = (timedwait)dlvsym(libc, "pthread_cond_timedwait", "GLIBC_2.3.2");
+    glibc_timedwait = (timedwait)dlsym(libc, "pthread_cond_timedwait");  /* its default */
 }
 int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t) {
     return glibc_timedwait(c, m, t);
