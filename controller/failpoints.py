@@ -87,6 +87,14 @@ _hits: dict[str, int] = {}
 _lock = threading.Lock()
 
 
+def rearm() -> None:
+    """Armed again from this process's environment, as at the import: for a process forked
+    from one that had imported this module (the suite's warm CLI, tests/warmcli.py)."""
+    global _ARMED
+    _ARMED = _parse(os.environ.get(ENV, ""))
+    _hits.clear()
+
+
 def hit(name: str) -> None:
     """A failpoint: free unless armed through ``RECONCILE_FAILPOINTS``."""
     if _ARMED:

@@ -20,7 +20,8 @@ as a Popen child's do.
 
 What a fork cannot give, the call refuses here and the caller starts it cold: an
 environment differing from the zygote's where a difference is read at the interpreter's
-start or at an import (``COLD``). Tests that check the start itself (tests/test_imports.py,
+start or at an import (``COLD``; the failpoints, read at an import, are armed again in
+the fork). Tests that check the start itself (tests/test_imports.py,
 the entry point, `--version`) run their own subprocess.
 """
 
@@ -46,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 # Read when the interpreter starts or a module is imported: a call that differs in one
-# of these from the zygote's environment runs cold (libfaketime, failpoints, /proc's use).
+# of these from the zygote's environment runs cold (libfaketime, /proc's use). The
+# failpoints, read at an import too, are armed again in each call (``_as_started``).
 COLD = (
     "LD_",
     "FAKETIME",
@@ -54,7 +56,6 @@ COLD = (
     "TZ",
     "LANG",
     "LC_",
-    "RECONCILE_FAILPOINTS",
     "RECONCILE_PROCFS",
 )
 OFF = "RECONCILE_TEST_COLD_CLI"  # set (to anything): every call starts cold, as before
@@ -448,13 +449,18 @@ def _call(ask: dict[str, Any], fds: list[int]) -> None:
 
 
 def _as_started() -> None:
-    """What an interpreter's start does for the AT_CALL variables of the call's env."""
+    """What an interpreter's start does for the AT_CALL variables of the call's env, and
+    the import of controller/failpoints.py for its RECONCILE_FAILPOINTS (a bad value ends
+    the call with its traceback, as it ends a cold one)."""
     import faulthandler
+
+    from controller import failpoints
 
     if os.environ.get("PYTHONFAULTHANDLER"):
         faulthandler.enable(all_threads=True)  # on the call's stderr
     else:
         faulthandler.disable()
+    failpoints.rearm()
 
 
 def _ended(code: Any) -> int:

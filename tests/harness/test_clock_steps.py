@@ -8,9 +8,12 @@ daemon's (and its children's, and the CLI's) view of the wall clock moves.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import faketime
 import pytest
@@ -102,6 +105,42 @@ def test_a_drain_ends_its_ttl_later_by_the_boot_clock_though_the_clock_went_back
     assert late.started_at + timedelta(minutes=50) < drain.until  # the step took
     assert daemon.poll() is None, cluster.stderr(daemon)[-3000:]
     assert "Traceback" not in cluster.stderr(daemon)
+
+
+# Two threads taking turns at the GIL (a wait on a condition at each turn), then what the
+# process's reads were: libfaketime's own pthread_cond_timedwait read the clock file at
+# each wait (~0.6-1.2 million reads in this loop; a gateway with a Ready engine spent ~0.2
+# of a core on them, and test_clock_idle.py's two tests ~13 s of CPU each).
+TURNS = """
+import sys, threading, time
+def reads():
+    return int(next(x for x in open('/proc/self/io') if x.startswith('syscr:')).split()[1])
+def spin():
+    x = 0
+    for i in range(1_000_000):
+        x += i
+sys.setswitchinterval(0.001)
+threads = [threading.Thread(target=spin) for _ in range(2)]
+before = reads()
+for t in threads: t.start()
+for t in threads: t.join()
+print(reads() - before - 1, time.time())
+"""
+
+
+def test_a_faked_process_reads_its_clock_file_when_it_reads_the_clock_only(
+    tmp_path: Path, preload: str
+) -> None:
+    clock = tmp_path / "clock"
+    env = {**os.environ, **faketime.env(preload, clock)}
+    clock.write_text("+1h\n")
+    out = subprocess.run(
+        [PYTHON, "-S", "-c", TURNS], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    reads, wall = out.stdout.split()
+    assert abs(float(wall) - time.time() - 3600) < 600, out.stdout  # the clock is faked
+    assert int(reads) < 50, out.stdout  # and the waits for the GIL read no file
 
 
 def _backing_off(rec: Record | None, restarts: int) -> bool:

@@ -9,17 +9,22 @@ with an errno too; ``-m slow`` arms each with all three actions.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import warmcli
 
+from controller.failpoints import ENV as FAILPOINTS
+from controller.failpoints import LOG_ENV as FAILPOINTS_LOG
 from controller.failpoints import POINTS
 
 from .churn import full_churn, pool
-from .cluster import Cluster
+from .cluster import CLI_TIMEOUT, Cluster
 from .invariants import describe, violations
 
 # Points that only a recovery pass reaches: the crash that sets each of them up.
@@ -100,3 +105,30 @@ def test_failpoint(node: Cluster, point: str, action: str) -> None:
 @pytest.mark.parametrize(("point", "action"), _cases(slow=True))
 def test_failpoint_every_action(node: Cluster, point: str, action: str) -> None:
     check_fault(node, point, action)
+
+
+def test_an_armed_call_is_forked_warm_armed_from_its_own_environment(tmp_path: Path) -> None:
+    """A call with RECONCILE_FAILPOINTS is forked from the warm CLI (tests/warmcli.py), not
+    started cold (~0.45 s of CPU each, this module's dozens): the point is armed from its
+    environment, and the next call, armed with none, passes."""
+    cluster = Cluster(tmp_path)
+    cluster.write(pool()[0])
+    argv, log = cluster.argv("--once"), {FAILPOINTS_LOG: str(cluster.faults)}
+
+    def once(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        done = warmcli.run(argv, env=env, cwd=tmp_path, timeout=CLI_TIMEOUT)
+        if done is None:  # every call cold, asked for (RECONCILE_TEST_COLD_CLI), or a miss
+            assert os.environ.get(warmcli.OFF), "started cold"
+            done = warmcli.run_or_cold(argv, env=env, cwd=tmp_path, timeout=CLI_TIMEOUT, cold=True)
+        return done
+
+    try:
+        killed = once({**cluster.env, **log, FAILPOINTS: "executor.spawn.before_record=kill"})
+        assert killed.returncode == -signal.SIGKILL, killed
+        assert cluster.fired() == ["executor.spawn.before_record kill"]
+        healed = once({**cluster.env, **log})
+        assert healed.returncode == 0, healed
+        assert cluster.fired() == ["executor.spawn.before_record kill"]  # fired once
+    finally:
+        leftovers = cluster.close()
+    assert not leftovers, f"engines outlived `reconcile down`: {leftovers}"

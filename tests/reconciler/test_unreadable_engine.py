@@ -93,7 +93,7 @@ def as_nobody(
 
 def _warm(env: Mapping[str, str]) -> warmcli.Zygote | None:
     """The module's zygote in its user namespace, if ``env`` lets it serve (see
-    warmcli.COLD: a failpoint is read at an import, so those calls start cold)."""
+    warmcli.COLD)."""
     global _nobody
     if os.environ.get(warmcli.OFF):
         return None
