@@ -57,6 +57,13 @@ def _ended(rec: Record) -> bool:
     return rec.phase in ENDED or (not rec.spec_valid and not rec.holds)
 
 
+def _backing_off(rec: Record, now: datetime) -> bool:
+    """Its engine exited and its restart is still ahead (10 s doubling to 300 s): no
+    engine of it can be Ready before then. One restarted at once (a first crash) is not:
+    it is Starting by the next pass."""
+    return rec.phase is Phase.BACKOFF and rec.backoff_until is not None and rec.backoff_until > now
+
+
 HANDED_OVER = "handed over"  # why a gateway stops once its successor serves (``close``)
 
 
@@ -120,14 +127,18 @@ class Table:
         return name in self.pools
 
     async def _hopeless(self, name: str) -> bool:
-        """Pool ``name`` ended or drained, as the records are now: an `uncordon` or a
-        `restart` that has just returned is looked for (``catch_up``) before the 503 says
-        the drain or the failure holds (the last look may be up to a turn old)."""
-        if not (self.ended(name) or self.drained(name)):
+        """Pool ``name`` ended, drained or backing off, as the records are now: an
+        `uncordon` or a `restart` that has just returned is looked for (``catch_up``)
+        before the 503 says the drain or the failure holds (the last look may be up to a
+        turn old)."""
+        if not self._stuck(name):
             return False
         if self.catch_up is not None:
             await self.catch_up()
-        return bool(self.ended(name) or self.drained(name))
+        return self._stuck(name)
+
+    def _stuck(self, name: str) -> bool:
+        return bool(self.ended(name) or self.drained(name) or self.backing_off(name))
 
     async def first_pass(self, timeout: float) -> None:
         """Before the first pass there is nothing to route by: wait for it (bounded)."""
@@ -405,12 +416,26 @@ class Table:
         itself (each one, and its ``@next`` if any, Failed or Succeeded, or holding
         nothing under an invalid manifest: terminal until the manifest changes or
         ``reconcile restart``); () while one still may."""
+        return self._every(name, _ended)
+
+    def backing_off(self, name: str) -> tuple[Record, ...]:
+        """The records of pool ``name`` while none of its instances can be Ready before a
+        restart that is seconds to minutes away: each one backing off after its engine
+        exited (a crash loop) or ended, one at least backing off; () while one may be Ready
+        sooner (Starting, Pending for room, Idle until a request starts it)."""
+        now = datetime.now(UTC)
+        found = self._every(name, lambda rec: _ended(rec) or _backing_off(rec, now))
+        return found if any(_backing_off(rec, now) for rec in found) else ()
+
+    def _every(self, name: str, judged: Callable[[Record], bool]) -> tuple[Record, ...]:
+        """The records of pool ``name`` when each instance's, and its ``@next``'s if any,
+        is ``judged`` so; () when one is not, or none is there."""
         found: list[Record] = []
         for deployment in self.pools.get(name, ()):
             for instance in self.instances.get(deployment, ()):
                 recs = [self.records.get(instance), self.records.get(next_name(instance))]
                 present = [rec for rec in recs if rec is not None]
-                if not present or not all(map(_ended, present)):
+                if not present or not all(map(judged, present)):
                     return ()
                 found.extend(present)
         return tuple(found)
@@ -472,7 +497,7 @@ class Table:
             if self.ejected(name) is not None:
                 return None  # every instance is ejected: the 503 says when to retry
             if await self._hopeless(name):
-                return None  # none can become Ready by itself: the 503 says why, at once
+                return None  # none can become Ready (soon) by itself: the 503 says why, at once
             on_wait()
             # An engine marked down is tried again when its mark runs out, which no
             # record change announces: the wait ends then too, and looks again.

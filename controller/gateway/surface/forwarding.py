@@ -11,13 +11,15 @@ judged hung before its answer's head (routing/hangs.py).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from controller.core.manifest.names import base_name
-from controller.core.state import Drain, Record
+from controller.core.plan import BACKOFF_MAX
+from controller.core.state import Drain, Phase, Record
 from controller.gateway.accounting.fallbackevents import FallbackEvents
 from controller.gateway.accounting.inflight import InflightCounts
 from controller.gateway.accounting.metrics import GatewayMetrics
@@ -290,6 +292,9 @@ class Forwarder:
         drain = self.table.drained(want.pool)
         if drain is not None:
             return _drained(want.label, drain, lead)
+        backing = self.table.backing_off(want.pool)
+        if backing:
+            return _backing_off(want.label, backing, lead)
         phase = self.table.phases(want.pool)
         held = self.table.held(want.pool)  # what keeps it from starting: the client's why
         if want.wait is not None:  # it has fallbacks, none left to try: a loop's end
@@ -596,11 +601,31 @@ def _ended(label: str, records: tuple[Record, ...], lead: str = "") -> Response:
     return error(503, why, "model_not_ready", final=True)
 
 
+def _backing_off(label: str, records: tuple[Record, ...], lead: str = "") -> Response:
+    """The 503 of a pool none of whose engines runs, each waiting out its back-off after
+    it exited (a crash loop): at once, as Kubernetes refuses a Service with no ready
+    endpoint, with how each exited and ``Retry-After`` at the first restart. Held to the
+    readiness deadline (600 s), its client waited ten minutes for an engine that kept dying."""
+    now = datetime.now(UTC)
+    restarts = [r.backoff_until for r in records if r.phase is Phase.BACKOFF and r.backoff_until]
+    # A wall clock stepped back is no hour's wait: a back-off is never longer than its max.
+    left = min(BACKOFF_MAX, max(0.0, (min(restarts) - now).total_seconds()))
+    names = " ".join(dict.fromkeys(base_name(rec.name) for rec in records))
+    why = (
+        f"{lead}deployment {label!r} has no engine running: it exited and waits to be "
+        f"restarted ({_states(records)}); retry in {max(1, math.ceil(left))}s, and see why "
+        f"it exits with `reconcile logs {names}`"
+    )
+    return error(503, why, "model_not_ready", retry_after=max(1.0, math.ceil(left)))
+
+
 def _states(records: tuple[Record, ...]) -> str:
-    """Each instance's phase and why (its record's message), once each."""
+    """Each instance's phase and why (its record's message, as true now: a back-off's
+    countdown), once each."""
+    now = datetime.now(UTC)
     return "; ".join(
         dict.fromkeys(
-            f"{rec.name} {rec.phase.value}" + (f": {rec.message}" if rec.message else "")
+            f"{rec.name} {rec.phase.value}" + (f": {text}" if (text := rec.message_at(now)) else "")
             for rec in records
         )
     )
