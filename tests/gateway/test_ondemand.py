@@ -40,7 +40,7 @@ def test_swap_when_the_gpu_is_short(reconcile: Any, gateway: Any) -> None:
     assert g.post("first").status == 200
     answer = g.post("second")
     assert answer.status == 200, answer
-    g.wait_phase("second", "Ready", timeout=10)
+    g.wait_phase("second", "Ready", timeout=60)  # its idleTimeout is 10 m: no hurry
     status = reconcile.status()
     assert status["first"]["phase"] == "Idle"
     assert any("swapped out for second" in e.get("reason", "") for e in reconcile.events("first"))
