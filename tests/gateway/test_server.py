@@ -277,7 +277,7 @@ def _send_until_closed(port: int, within: float) -> bool:
 def test_the_read_after_an_early_answer_ends_however_long_the_body_comes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A body still coming after its answer is dropped for at most ``LINGER_MAX`` s (30;
+    """A body still coming after its answer is dropped for at most ``LINGER_MAX`` s (120;
     1 here), then the connection closes: a client sending without end holds it no longer."""
     monkeypatch.setattr(srv, "LINGER_MAX", 1.0)
 

@@ -31,7 +31,8 @@ deadline for a request's headers (its issue #157), which the policies below need
   client still sending resets the connection, and a client that reads its answer once
   it has sent its body (http.client, requests) read "broken pipe", not the answer. The
   read lasts while the body keeps coming: ``LINGER`` s with nothing of it arriving ends
-  it, and ``LINGER_MAX`` s in all (nginx's ``lingering_timeout`` and ``lingering_time``).
+  it, and ``LINGER_MAX`` s in all (nginx's ``lingering_timeout`` and ``lingering_time``,
+  the latter as long as a body may take to come when it is read).
 """
 
 from __future__ import annotations
@@ -71,11 +72,15 @@ HEADERS_MAX = 256  # headers in one request (trailer fields apart)
 HELD_MAX = 2 * LINE_MAX + 64
 PIPELINE_MAX = 16  # requests read ahead of their answers before the connection stops reading
 # Seconds with nothing arriving after which an answered request's unread body, read to be
-# dropped, is given up and the connection closed; and seconds that read may last in all.
-# A close 2 s after the answer, whatever came, reset a client still sending 30 MiB on a
-# loaded box (the 503s of a burst, tests/gateway/test_bodies.py): it read "broken pipe".
+# dropped, is given up and the connection closed; and seconds that read may last in all:
+# as long as a body may take to come when it is read (surface/bodies.py BODY_TIMEOUT), so
+# that a client is held no longer than it would be if its body were wanted. A close 2 s
+# after the answer, whatever came, reset a client still sending 30 MiB on a loaded box
+# (the 503s of a burst, tests/gateway/test_bodies.py): it read "broken pipe". With 30 s in
+# all (nginx's lingering_time) it still broke once: 20 clients' rests of 30 MiB at once,
+# each read at a share of a loaded gateway's pace.
 LINGER = 2.0
-LINGER_MAX = 30.0
+LINGER_MAX = 120.0
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 Handler = Callable[[Request], Awaitable[StreamResponse]]
