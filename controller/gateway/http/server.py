@@ -76,9 +76,9 @@ PIPELINE_MAX = 16  # requests read ahead of their answers before the connection 
 # as long as a body may take to come when it is read (surface/bodies.py BODY_TIMEOUT), so
 # that a client is held no longer than it would be if its body were wanted. A close 2 s
 # after the answer, whatever came, reset a client still sending 30 MiB on a loaded box
-# (the 503s of a burst, tests/gateway/test_bodies.py): it read "broken pipe". With 30 s in
-# all (nginx's lingering_time) it still broke once: 20 clients' rests of 30 MiB at once,
-# each read at a share of a loaded gateway's pace.
+# (the 503s of a burst, tests/gateway/test_bodies.py): it read "broken pipe". nginx's 30 s
+# in all (lingering_time) could cut a burst too: 20 rests of 30 MiB read at once, each at
+# a twentieth of a loaded gateway's pace.
 LINGER = 2.0
 LINGER_MAX = 120.0
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
