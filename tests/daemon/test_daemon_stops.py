@@ -62,10 +62,19 @@ def group(pgid: int) -> set[int]:
     return found
 
 
+def journalled(rc: Any, name: str, action: str) -> list[str]:
+    """The outcomes of ``name``'s ``action`` events. A teardown's record changes before
+    its event is appended (crash-safe: the journal never says what did not happen), so
+    a test that saw the record change waits for the event too, before reading it."""
+    return [e["outcome"] for e in rc.events(name) if e["action"] == action]
+
+
 def end_by_hand(rc: Any, d: Any, name: str, pid: int) -> None:
-    """SIGKILL the stubborn engine's group (its exit): the daemon drops its record."""
+    """SIGKILL the stubborn engine's group (its exit): the daemon drops its record, then
+    journals the stop."""
     os.killpg(pid, signal.SIGKILL)
-    d.wait(lambda: rc.record(name) is None and not group(pid), f"{name}'s stop finished")
+    d.wait(lambda: rc.record(name) is None and not group(pid) and journalled(rc, name, "stop"),
+           f"{name}'s stop finished and journalled")  # fmt: skip
 
 
 def test_a_slow_stop_does_not_hold_up_a_crash_restart(
@@ -143,8 +152,9 @@ def test_sigkill_at_the_grace_deadline_reaches_the_whole_group(
     d.wait(lambda: len(group(leader)) == 2, "the engine's child")
     (rc.manifests / "pair.yaml").unlink()
     # No resync for an hour and no exit to wake it: the grace's own timer kills the group.
-    d.wait(lambda: rc.record("pair") is None and not group(leader), "the group killed")
-    outcomes = [e["outcome"] for e in rc.events("pair") if e["action"] == "stop"]
+    gone = lambda: rc.record("pair") is None and not group(leader)  # noqa: E731
+    d.wait(lambda: gone() and journalled(rc, "pair", "stop"), "the group killed, journalled")
+    outcomes = journalled(rc, "pair", "stop")
     assert outcomes[-1] == "stopped; record dropped", outcomes
     finish(d)
 
@@ -163,7 +173,7 @@ def test_a_daemon_killed_while_an_engine_terminates_leaves_the_next_to_finish_it
     second.wait_pass()  # its first pass found the stop under way and went on
     assert terminating(rc, "slow") == old, rc.events("slow")
     end_by_hand(rc, second, "slow", old)  # the engine's exit: the next daemon finishes
-    outcomes = [e["outcome"] for e in rc.events("slow") if e["action"] == "stop"]
+    outcomes = journalled(rc, "slow", "stop")
     assert outcomes[-1] == "stopped; record dropped", outcomes
     finish(second)
 
@@ -311,8 +321,10 @@ def test_a_promotion_renames_once_the_old_group_is_gone_and_holds_up_nothing(
     d.wait(lambda: ready_pid(rc, "other"), "other Ready while the old web stops")
     assert terminating(rc, "web") == old and ready_pid(rc, "web@next") == new, rc.events("web")
     os.killpg(old, signal.SIGKILL)
-    d.wait(lambda: ready_pid(rc, "web") == new and rc.record("web@next") is None,
-           "web@next renamed web once the old group is gone")  # fmt: skip
+    # The rename's event comes after `@next`'s record is deleted: waited for too.
+    d.wait(lambda: ready_pid(rc, "web") == new and rc.record("web@next") is None
+           and journalled(rc, "web", "promote"),
+           "web@next renamed web once the old group is gone, and journalled")  # fmt: skip
     assert not group(old)
     assert rc.record("web")["stored_spec"]["env"] == {"CHANGED": "1"}
     assert [e["action"] for e in rc.events("web")][-1] == "promote", rc.events("web")

@@ -59,10 +59,10 @@ def test_scale_to_zero_and_a_request_wakes_it(reconcile: Any, gateway: Any) -> N
     answer = g.post("nap")
     assert answer.status == 200, answer
     assert scales(reconcile, "nap")[0] == "scaled 0→1: a request waits for it"
-    g.wait_phase("nap", "Ready", timeout=10)
+    g.wait_phase("nap", "Ready", timeout=WAIT)  # Ready until the 10-s window empties
     # The request's load leaves the 10-s window, then 1 s of none: back to zero.
     g.wait_phase("nap", "Idle", timeout=WAIT)
-    reconcile.wait_for(lambda: not reconcile.pids("nap"), timeout=10, what="engine gone")
+    reconcile.wait_for(lambda: not reconcile.pids("nap"), timeout=WAIT, what="engine gone")
     assert scales(reconcile, "nap")[-1].startswith("scaled 1→0: "), scales(reconcile, "nap")
     g.finish()
 

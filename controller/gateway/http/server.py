@@ -26,9 +26,13 @@ deadline for a request's headers (its issue #157), which the policies below need
   ``SEND_TIMEOUT`` while the gateway has some to send (nginx's ``send_timeout``): it
   held its engine's request, and a slot of ``--max-inflight``, for as long as it kept
   the connection open;
-- an answer given before its request's body was read (a 401, a 413) is followed by a
-  short lingering read of the rest, then the close: closing at once could reset the
-  connection before the client read the answer.
+- an answer given before its request's body was read (a 401, a 413, a 503) is followed
+  by a lingering read of the rest, dropped as it comes, then the close: closing with the
+  client still sending resets the connection, and a client that reads its answer once
+  it has sent its body (http.client, requests) read "broken pipe", not the answer. The
+  read lasts while the body keeps coming: ``LINGER`` s with nothing of it arriving ends
+  it, and ``LINGER_MAX`` s in all (nginx's ``lingering_timeout`` and ``lingering_time``,
+  the latter as long as a body may take to come when it is read).
 """
 
 from __future__ import annotations
@@ -67,7 +71,16 @@ HEADERS_MAX = 256  # headers in one request (trailer fields apart)
 # Its longest line: a name and a value at LINE_MAX, their colon, spaces and CRLF.
 HELD_MAX = 2 * LINE_MAX + 64
 PIPELINE_MAX = 16  # requests read ahead of their answers before the connection stops reading
-LINGER = 2.0  # seconds an answered request's unread body is read (and dropped) before the close
+# Seconds with nothing arriving after which an answered request's unread body, read to be
+# dropped, is given up and the connection closed; and seconds that read may last in all:
+# as long as a body may take to come when it is read (surface/bodies.py BODY_TIMEOUT), so
+# that a client is held no longer than it would be if its body were wanted. A close 2 s
+# after the answer, whatever came, reset a client still sending 30 MiB on a loaded box
+# (the 503s of a burst, tests/gateway/test_bodies.py): it read "broken pipe". nginx's 30 s
+# in all (lingering_time) could cut a burst too: 20 rests of 30 MiB read at once, each at
+# a twentieth of a loaded gateway's pace.
+LINGER = 2.0
+LINGER_MAX = 120.0
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 Handler = Callable[[Request], Awaitable[StreamResponse]]
@@ -267,6 +280,8 @@ class Protocol(asyncio.Protocol):
         self._host_ok = True  # ... and whether each was a host
         self._lingering = False  # an answered request's unread body is dropped as it comes
         self._dropping = False  # refused: what still comes is dropped until the close
+        self._dropped_at = 0.0  # loop time bytes last came while lingering or dropping
+        self._linger_end = 0.0  # loop time the lingering read ends, whatever comes
         self._paused: set[str] = set()  # why reading stopped ("body", "queue")
         self._writable: asyncio.Future[None] | None = None  # set while writes are paused
         self._lost = False
@@ -330,8 +345,11 @@ class Protocol(asyncio.Protocol):
             self._writable.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        if self._dropping:
-            return  # read only so that the close does not reset the refusal (_drop_rest)
+        if self._dropping or self._lingering:
+            assert self._loop is not None
+            self._dropped_at = self._loop.time()  # still coming: the close waits (_linger)
+            if self._dropping:
+                return  # read only so that the close does not reset the refusal (_drop_rest)
         first = not self._heard
         self._heard = True
         try:
@@ -559,15 +577,32 @@ class Protocol(asyncio.Protocol):
 
     def _end(self, request: Request) -> None:
         """No request follows on this connection: close it, once the client sent what it
-        was sending of the last request's body (read and dropped, up to ``LINGER`` s)."""
+        was sending of the last request's body (read and dropped: ``_linger``)."""
         if request.content.is_eof() or self._lost:
             self.force_close()
             return
         self._lingering = True
         self.reading(True, why="body")
         self.reading(True, why="queue")
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close once what the client still sends stopped coming for ``LINGER`` s, or
+        ``LINGER_MAX`` s from now (the end of the body closes it at once: on_message_complete).
+        A close at a fixed time reset a client still sending at a steady pace."""
         assert self._loop is not None
-        self._loop.call_later(LINGER, self.force_close)
+        self._dropped_at = now = self._loop.time()
+        self._linger_end = now + LINGER_MAX
+        self._loop.call_at(now + LINGER, self._lingered)
+
+    def _lingered(self) -> None:
+        if self._lost or self._loop is None:
+            return
+        due = min(self._dropped_at + LINGER, self._linger_end)
+        if self._loop.time() >= due:
+            self.force_close()
+        else:
+            self._loop.call_at(due, self._lingered)
 
     def _unreadable(self, exc: Exception, why: str | None = None) -> None:
         """The bytes are not HTTP the gateway reads: a 400 that quotes none of them, a
@@ -612,16 +647,16 @@ class Protocol(asyncio.Protocol):
 
     def _drop_rest(self) -> None:
         """Refused with no request in progress: the answer goes out with the close of the
-        write side, and what the client still sends is read and dropped, up to ``LINGER``
-        s. Closed at once, with its bytes unread, the connection was reset, and a client
+        write side, and what the client still sends is read and dropped (``_linger``).
+        Closed at once, with its bytes unread, the connection was reset, and a client
         that sent a long header line read "connection reset", not the 400 saying why."""
-        assert self.transport is not None and self._loop is not None
+        assert self.transport is not None
         self._dropping = True
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._paused.clear()
         self.transport.resume_reading()
-        self._loop.call_later(LINGER, self.force_close)
+        self._linger()
 
     # -- the deadlines
     def _watch(self) -> None:
