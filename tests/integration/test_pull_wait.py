@@ -25,6 +25,7 @@ MB = 1 << 20
 DATA = os.urandom(4 * MB)
 DIGEST = hashlib.sha256(DATA).hexdigest()
 WRONG = "0" * 64
+WAITED = 90  # seconds a `--once --wait --timeout 60s` of these tests is given to end
 
 
 @pytest.fixture
@@ -139,10 +140,15 @@ def test_wait_logs_a_pull_once_per_tenth_in_a_pipe(reconcile: Any, cache: Path) 
             stderr=subprocess.PIPE,
         )
         entry = CacheEntry.of(cache, f"sha256-{DIGEST}")
-        reconcile.wait_for(lambda: (p := entry.progress()) and p.bytes_done >= 2 * MB)
+        # Two cold interpreters (the wait, then the pull it spawns) start before a byte
+        # moves: 15 s was not enough on a loaded box. The wait's own --timeout bounds
+        # this; its exit before the half is there fails at once, saying what it said.
+        reconcile.wait_for(
+            lambda: _pulled_half(proc, entry), timeout=WAITED, what="the pull's progress at half"
+        )
         reconcile.wait_for(lambda: server.sent >= 2 * MB, what="half the file sent")
         threading.Timer(2.0, server.release).start()  # a few passes see it held at half
-        _, err = proc.communicate(timeout=90)
+        _, err = proc.communicate(timeout=WAITED)
     assert proc.returncode == 0, err.decode()
     lines = [line for line in err.decode().splitlines() if "Pulling" in line]
     tenths = [m.group(1) for line in lines if (m := re.search(r"(\d+\.\d)/4\.2 MB", line))]
@@ -152,6 +158,17 @@ def test_wait_logs_a_pull_once_per_tenth_in_a_pipe(reconcile: Any, cache: Path) 
     assert len(tenths) == len(set(tenths)), lines  # the held half was said once
     assert reconcile.status()["web"]["phase"] == "Ready"
     reconcile.down()
+
+
+def _pulled_half(proc: subprocess.Popen[bytes], entry: CacheEntry) -> bool:
+    """The pull's progress file says half the bytes, while the wait that started it runs."""
+    progress = entry.progress()
+    if progress is not None and progress.bytes_done >= 2 * MB:
+        return True
+    if proc.poll() is not None:
+        _, err = proc.communicate()
+        raise AssertionError(f"the wait ended ({proc.returncode}) first: {err.decode()}")
+    return False
 
 
 def read_all(fd: int, into: list[bytes]) -> None:
