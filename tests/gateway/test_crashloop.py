@@ -11,23 +11,16 @@ deadlines they would otherwise wait for: an answer at all is the proof.
 
 from __future__ import annotations
 
-import json
-import socket
-import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from harness.rawhttp import Raw, exchange, openai_error, request
-from procs import free_ports
+from harness.rawhttp import Raw, openai_error
 
-from controller.core.state import ExitInfo, Phase, ProbeConfig, Record
+from controller.core.state import ExitInfo, Phase
 from controller.gateway.lifecycle.app import Gateway
-
-WAIT = 30.0  # a client's patience: far below the 600 s deadlines
-EXITS = ["/bin/sh", "-c", "exit 3"]
-LONG = {"httpGet": {"path": "/health"}, "deadlineSeconds": 600, "periodSeconds": 0.2}
+from tests.gateway.test_ended import EXITS, LONG, WAIT, starting_engine, waiting_request
 
 
 def test_a_crash_looping_deployment_is_answered_at_once_and_its_fallback_taken(
@@ -68,18 +61,6 @@ def test_a_crash_looping_deployment_is_answered_at_once_and_its_fallback_taken(
         g.finish()
 
 
-def _waiting_request(inproc: Gateway, answers: list[Raw]) -> threading.Thread:
-    body = json.dumps({"model": "m", "prompt": "hi"}).encode()
-    asking = threading.Thread(
-        target=lambda: answers.append(
-            exchange(inproc.settings.port, request("POST", "/v1/completions", body), timeout=WAIT)
-        ),
-        daemon=True,
-    )
-    asking.start()
-    return asking
-
-
 def test_a_request_waiting_for_a_start_is_answered_when_the_engine_backs_off(
     reconcile: Any, inproc: Gateway
 ) -> None:
@@ -88,29 +69,9 @@ def test_a_request_waiting_for_a_start_is_answered_when_the_engine_backs_off(
     test writes the records; a socket that never answers HTTP stands for the engine, and
     the gateway's own probe of each start (made only while a request waits) says the
     request still waits."""
-    front = inproc.front
-    assert front is not None
-    table = front.table
-    engine = socket.socket()
-    engine.bind(("127.0.0.1", free_ports(1)))
-    engine.listen(8)
-    engine.settimeout(WAIT)
-    starting = Record(
-        name="m",
-        owner="o",
-        node="n",
-        nonce="a",
-        port=engine.getsockname()[1],
-        phase=Phase.STARTING,
-        models=("m",),
-        ready_deadline_seconds=600.0,
-        probe=ProbeConfig(http=(("/health", None),), timeout_seconds=WAIT),
-    )
-    inproc.loop.call_soon_threadsafe(table.update, [starting])
-    reconcile.wait_for(lambda: "m" in table.pools, what="the Starting record")
-
+    table, engine, starting = starting_engine(reconcile, inproc)
     answers: list[Raw] = []
-    asking = _waiting_request(inproc, answers)
+    asking = waiting_request(inproc, answers)
     probes = [engine.accept()[0]]  # the gateway probes the engine: the request waits
     try:
         now = datetime.now(UTC)

@@ -24,6 +24,7 @@ from procs import free_ports
 
 from controller.core.state import Phase, ProbeConfig, Record
 from controller.gateway.lifecycle.app import Gateway
+from controller.gateway.routing.table import Table
 
 WAIT = 30.0  # a client's patience: far below the 600 s deadlines
 EXITS = ["/bin/sh", "-c", "exit 3"]
@@ -72,13 +73,10 @@ def test_a_failed_deployment_is_answered_at_once_and_its_fallback_taken(
     g.finish()
 
 
-def test_a_request_waiting_for_a_start_is_answered_when_the_engine_fails(
-    reconcile: Any, inproc: Gateway
-) -> None:
-    """The wait ends the moment the record says Failed, not at the deadline. In process:
-    the test writes the records; a socket that never answers HTTP stands for the engine,
-    and the gateway's own probe of it (made only while a request waits) says the request
-    is waiting."""
+def starting_engine(reconcile: Any, inproc: Gateway) -> tuple[Table, socket.socket, Record]:
+    """Model ``m``'s one record, Starting, in the in-process gateway's table; a socket that
+    never answers HTTP stands for its engine (the gateway's probe of it, made only while
+    a request waits, says a request waits)."""
     front = inproc.front
     assert front is not None
     table = front.table
@@ -86,13 +84,12 @@ def test_a_request_waiting_for_a_start_is_answered_when_the_engine_fails(
     engine.bind(("127.0.0.1", free_ports(1)))
     engine.listen(8)
     engine.settimeout(WAIT)
-    port = engine.getsockname()[1]
     starting = Record(
         name="m",
         owner="o",
         node="n",
         nonce="a",
-        port=port,
+        port=engine.getsockname()[1],
         phase=Phase.STARTING,
         models=("m",),
         ready_deadline_seconds=600.0,
@@ -100,20 +97,32 @@ def test_a_request_waiting_for_a_start_is_answered_when_the_engine_fails(
     )
     inproc.loop.call_soon_threadsafe(table.update, [starting])
     reconcile.wait_for(lambda: "m" in table.pools, what="the Starting record")
+    return table, engine, starting
 
-    answers: list[Raw] = []
+
+def waiting_request(inproc: Gateway, answers: list[Raw]) -> threading.Thread:
+    """A request for ``m`` on a thread, its answer (within WAIT) put in ``answers``."""
     body = json.dumps({"model": "m", "prompt": "hi"}).encode()
     asking = threading.Thread(
         target=lambda: answers.append(
-            exchange(
-                inproc.settings.port,
-                request("POST", "/v1/completions", body),
-                timeout=WAIT,
-            )
+            exchange(inproc.settings.port, request("POST", "/v1/completions", body), timeout=WAIT)
         ),
         daemon=True,
     )
     asking.start()
+    return asking
+
+
+def test_a_request_waiting_for_a_start_is_answered_when_the_engine_fails(
+    reconcile: Any, inproc: Gateway
+) -> None:
+    """The wait ends the moment the record says Failed, not at the deadline. In process:
+    the test writes the records; a socket that never answers HTTP stands for the engine,
+    and the gateway's own probe of it (made only while a request waits) says the request
+    is waiting."""
+    table, engine, starting = starting_engine(reconcile, inproc)
+    answers: list[Raw] = []
+    asking = waiting_request(inproc, answers)
     probe, _ = engine.accept()  # the gateway probes the engine: the request waits
     try:
         failed = replace(
