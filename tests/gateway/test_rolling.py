@@ -114,6 +114,42 @@ def test_sigkill_mid_promotion_converges(reconcile: Any, gateway: Any, point: st
     g2.finish()
 
 
+def test_a_drain_answered_before_the_next_daemon_began_ends_at_its_first_pass(
+    reconcile: Any, gateway: Any
+) -> None:
+    # A daemon SIGKILLed mid-promotion after asking the gateway to drain the old engine,
+    # which answered at once (nothing in flight), before the next daemon began: that one
+    # took the drain over and waited for an answer to come, which had come, so the old
+    # engine ran on, the promotion with it, until some other pass came (none here: the
+    # drain's deadline, its grace, 60 s). It looks at the answers when it takes over.
+    echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+
+    def write(version: str) -> None:
+        reconcile.write(
+            "roll", devices=GPU, strategy="RollingUpdate", command=echo,
+            env={"VERSION": version}, stopGracePeriodSeconds=60,
+        )  # fmt: skip
+
+    write("1")
+    reconcile.converge()
+    old_pid = reconcile.status("roll")["roll"]["pid"]
+    write("2")
+    point = "executor.promote.after_terminating"
+    g = gateway(env={"RECONCILE_FAILPOINTS": f"{point}=kill"})
+    assert g.proc.wait(timeout=WAIT) < 0  # killed mid-promotion, the old one draining
+    old = reconcile.record("roll")
+    assert old is not None and old["phase"] == "Terminating", old
+    retire = StateDir(reconcile.state).retire
+    reconcile.wait_for(
+        lambda: any(retire.glob(f"{old['nonce']}.*.done")), what="the gateway's answer"
+    )
+    g2 = gateway()
+    new_pid = new_engine_ready(reconcile, old_pid)  # within WAIT (40 s), not 60 s on
+    reconcile.wait_gone(old_pid)
+    assert reconcile.pids("roll") == {new_pid}
+    g2.finish()
+
+
 def test_a_serving_next_kept_for_a_newer_spec_until_the_newest_is_ready(
     reconcile: Any, gateway: Any
 ) -> None:
