@@ -170,9 +170,7 @@ def test_a_serving_next_kept_for_a_newer_spec_until_the_newest_is_ready(
             strategy="RollingUpdate",
             command=command,
             env={"VERSION": version},
-            # bounds the old instance's drain, which the next daemon lets run to its
-            # deadline, and the version 2 engine's: this test's window to see it held
-            stopGracePeriodSeconds=15,
+            stopGracePeriodSeconds=30,  # the window to see version 2 drain its stream
         )
 
     write("1")
