@@ -498,7 +498,9 @@ class Launcher:
         if began is None or began[1] != rec.nonce:
             if self._resume_drain(rec):
                 self._stopping[rec.name] = (action, rec.nonce)
-                return False  # signalled once the drain is over, as ``begin``'s are
+                # Signalled once the drain is over, as ``begin``'s are; the gateways may
+                # have answered before this daemon began, which asks for no pass: look now
+                return self._drain_over(rec) and self._finish(rec, action)
             if not self.tear(
                 rec, action.verb, action.reason, lambda: self.backend.signal_stop(rec)
             ):

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from strategies import NOW, desired, entry, inventory, observed, probe, record, ref, view
 from test_plan import DRAIN, HELD_ARGS, Case, exited, run, starting
 
@@ -14,6 +16,8 @@ from controller.core.actions import (
     Fail,
     HoldChange,
     MarkReady,
+    Park,
+    Preempt,
     Promote,
     Release,
     Replace,
@@ -192,6 +196,52 @@ CASES = [
         ),
         id="spec-changes-again-next-stopped",
     ),
+    # A daemon SIGKILLed mid-promotion left the old instance Terminating (or gone) and
+    # `@next` Ready, serving alone; the spec changed again before the next daemon. The
+    # `@next` is the last server: abandoned, nothing would serve until the newest is Ready
+    # (a chaos trial's 503s). It is promoted, stale; the newest rolls from it.
+    pytest.param(
+        Case(
+            desired(entry("a", args=["v3"], **ROLL)),
+            observed(
+                running_old(),
+                view(next_rec(Phase.READY), alive=True),
+            ),
+            expect=((Stop, NEXT, "the spec changed again"),),
+            inv=TWO,
+        ),
+        id="spec-changes-again-ready-next-stopped-while-the-old-serves",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["v3"], **ROLL)),
+            observed(
+                view(record("a", spec=old, devices=("nvidia:0",), phase=Phase.TERMINATING)),
+                view(next_rec(Phase.READY), alive=True),
+            ),
+            expect=((Stop, "a", "finishing an interrupted teardown"),),
+            inv=TWO,
+        ),
+        id="spec-changes-again-mid-promotion-the-serving-next-kept",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["v3"], **ROLL)),
+            observed(view(next_rec(Phase.READY), alive=True)),
+            expect=((Promote, "a", "a@next takes the name a; the spec changed again"),),
+            inv=TWO,
+        ),
+        id="spec-changes-again-old-gone-the-serving-next-promoted",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["v3"], **ROLL)),
+            observed(view(record("a", spec=new, devices=("nvidia:1",), port=8001), alive=True)),
+            expect=((Start, NEXT, "rolling update (spec.args changed): a@next beside the old"),),
+            inv=TWO,
+        ),
+        id="spec-changes-again-the-promoted-next-rolls-to-the-newest",
+    ),
     pytest.param(
         Case(
             desired(),
@@ -308,3 +358,52 @@ def test_an_old_instance_starting_is_replaced_not_rolled() -> None:
     rec = record("a", spec=old, devices=("nvidia:0",), ref=ref(100), **starting)
     actions = run(Case(desired(new), observed(view(rec, alive=True)), inv=TWO))
     assert [(type(a), a.name) for a in actions] == [(Replace, "a")]
+
+
+# -- properties --------------------------------------------------------------------------
+
+TAKES_AWAY = (Stop, Fail, Release, Park, Preempt)  # a Replace is a Stop
+
+
+def _old_view(state: str, version: str) -> RecordView | None:
+    spec = entry("a", args=[version], **ROLL)
+    held = {"spec": spec, "devices": ("nvidia:0",)}
+    match state:
+        case "ready":
+            return view(record("a", **held), alive=True)
+        case "terminating":  # a promotion cut short after its old record's write
+            return view(record("a", phase=Phase.TERMINATING, **held))
+        case "crashed":
+            return view(record("a", **held), alive=False, exit=exited(code=1))
+        case "starting":
+            return view(record("a", **held, **starting), alive=True)
+    return None
+
+
+def _next_view(state: str) -> RecordView:
+    if state == "ready":
+        return view(next_rec(Phase.READY), alive=True)
+    if state == "crashed":
+        return view(next_rec(Phase.READY), alive=False, exit=exited(code=1))
+    return view(next_rec(), alive=True, probe=probe(False))
+
+
+@given(
+    old_state=st.sampled_from(("gone", "ready", "terminating", "crashed", "starting")),
+    old_version=st.sampled_from(("v1", "v2", "v3")),
+    next_state=st.sampled_from(("ready", "starting", "crashed")),
+    newest=st.sampled_from(("v2", "v3")),  # `@next` runs v2: v3 is a spec changed again
+)
+def test_property_a_roll_never_takes_its_last_ready_server_away(
+    old_state: str, old_version: str, next_state: str, newest: str
+) -> None:
+    """At every step of a roll some Ready engine of the deployment serves, unless none
+    did before (Kubernetes' maxUnavailable 0 for one replica): no plan stops, fails or
+    releases the last one, and a promotion hands the name on to the Ready `@next`."""
+    old_view = _old_view(old_state, old_version)
+    views = [v for v in (old_view, _next_view(next_state)) if v is not None]
+    want = desired(entry("a", args=[newest], **ROLL))
+    actions = run(Case(want, observed(*views), inv=TWO))
+    serving = {v.record.name for v in views if v.alive and v.record.phase is Phase.READY}
+    taken = {a.name for a in actions if isinstance(a, (*TAKES_AWAY, Promote))}
+    assert not serving or serving - taken, [a.describe() for a in actions]

@@ -114,13 +114,51 @@ def test_sigkill_mid_promotion_converges(reconcile: Any, gateway: Any, point: st
     g2.finish()
 
 
-def test_a_serving_next_abandoned_for_a_newer_spec_finishes_its_answers(
+def test_a_drain_answered_before_the_next_daemon_began_ends_at_its_first_pass(
+    reconcile: Any, gateway: Any
+) -> None:
+    # A daemon SIGKILLed mid-promotion after asking the gateway to drain the old engine,
+    # which answered at once (nothing in flight), before the next daemon began: that one
+    # took the drain over and waited for an answer to come, which had come, so the old
+    # engine ran on, the promotion with it, until some other pass came (none here: the
+    # drain's deadline, its grace, 60 s). It looks at the answers when it takes over.
+    echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+
+    def write(version: str) -> None:
+        reconcile.write(
+            "roll", devices=GPU, strategy="RollingUpdate", command=echo,
+            env={"VERSION": version}, stopGracePeriodSeconds=60,
+        )  # fmt: skip
+
+    write("1")
+    reconcile.converge()
+    old_pid = reconcile.status("roll")["roll"]["pid"]
+    write("2")
+    point = "executor.promote.after_terminating"
+    g = gateway(env={"RECONCILE_FAILPOINTS": f"{point}=kill"})
+    assert g.proc.wait(timeout=WAIT) < 0  # killed mid-promotion, the old one draining
+    old = reconcile.record("roll")
+    assert old is not None and old["phase"] == "Terminating", old
+    retire = StateDir(reconcile.state).retire
+    reconcile.wait_for(
+        lambda: any(retire.glob(f"{old['nonce']}.*.done")), what="the gateway's answer"
+    )
+    g2 = gateway()
+    new_pid = new_engine_ready(reconcile, old_pid)  # within WAIT (40 s), not 60 s on
+    reconcile.wait_gone(old_pid)
+    assert reconcile.pids("roll") == {new_pid}
+    g2.finish()
+
+
+def test_a_serving_next_kept_for_a_newer_spec_until_the_newest_is_ready(
     reconcile: Any, gateway: Any
 ) -> None:
     # A daemon SIGKILLed mid-promotion leaves a Ready `@next` that takes the deployment's
-    # requests (the old one Terminating); the spec changes again before the next daemon,
-    # which abandons that `@next`: its answers in flight end first, as a scaled-away
-    # replica's do (a trial under load had two streams cut there).
+    # requests alone (the old one Terminating); the spec changes again before the next
+    # daemon. That `@next` was abandoned at once: nothing Ready for seconds, every request
+    # a 503 (a chaos trial). It is the last server: promoted, it serves until the newest is
+    # Ready, then drains as any promotion's old instance does, its stream in flight ending
+    # first (a trial under load once had two streams cut there).
     hold = reconcile.tmp / "hold"  # while it exists, every stream's end waits
     echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
 
@@ -132,7 +170,7 @@ def test_a_serving_next_abandoned_for_a_newer_spec_finishes_its_answers(
             strategy="RollingUpdate",
             command=command,
             env={"VERSION": version},
-            stopGracePeriodSeconds=30,
+            stopGracePeriodSeconds=30,  # the window to see version 2 drain its stream
         )
 
     write("1")
@@ -141,51 +179,53 @@ def test_a_serving_next_abandoned_for_a_newer_spec_finishes_its_answers(
     point = "executor.promote.after_terminating"
     g = gateway(env={"RECONCILE_FAILPOINTS": f"{point}=kill"})
     assert g.proc.wait(timeout=WAIT) < 0  # killed mid-promotion: `@next` serves alone
-    nxt = reconcile.record(next_name("roll"))
+    nxt, old = reconcile.record(next_name("roll")), reconcile.record("roll")
     assert nxt is not None and nxt["phase"] == "Ready", nxt
+    assert old is not None and old["phase"] == "Terminating", old
+    retire = StateDir(reconcile.state).retire
+
+    def old_drained() -> bool:  # by the gateway: it sends nothing more there
+        return any(retire.glob(f"{old['nonce']}.*.done"))
+
+    reconcile.wait_for(old_drained, timeout=WAIT, what="the old instance drained")
     hold.touch()
-    stream = Stream(g.port, "roll")
+    stream = Stream(g.port, "roll")  # on the `@next`, the one engine serving
     assert stream.begun.wait(WAIT) and b"data: " in stream.body, stream.body
-    write("3")
-    g2 = gateway()
-
-    # Its first pass takes up the old one's teardown (signalled, Terminating: its end waits
-    # for a pass after this one's drain of the `@next`, whose spec is no longer the manifest's).
-    def taken_up() -> bool:
-        old = reconcile.record("roll")
-        return old is None or (old["phase"] == "Terminating" and old["backoff_until"] is not None)
-
-    reconcile.wait_for(taken_up, timeout=WAIT, what="the old instance's teardown taken up")
-    write("3")
     asked = StateDir(reconcile.state).retire_ask(nxt["nonce"])
+    with Loop(g, "roll").running() as loop:
+        write("3")
+        g2 = gateway()
 
-    def gone() -> bool:
-        return reconcile.record(next_name("roll")) is None
+        # The version 2 engine drains once version 3's `@next` is Ready: the gateway is
+        # asked before anything stops it (an engine that ends on SIGTERM cuts its stream).
+        reconcile.wait_for(
+            lambda: asked.exists() or not stream.thread.is_alive(),
+            timeout=WAIT,
+            what="the version 2 engine drained",
+        )
+        assert stream.thread.is_alive(), f"the stream was cut: {stream.body!r}"
+        promoted = reconcile.record("roll")  # it took the name while it served alone
+        assert promoted is not None and promoted["nonce"] == nxt["nonce"], promoted
+        newest = reconcile.record(next_name("roll"))
+        assert newest is not None and newest["phase"] == "Ready", newest
+        hold.unlink()  # the stream may end now: the version 2 engine stops after it
+        stream.thread.join(WAIT)
 
-    reconcile.wait_for(
-        lambda: asked.exists() or gone() or not stream.thread.is_alive(),
-        timeout=WAIT,
-        what="the abandoned @next drained or stopped",
-    )
-    # The gateway is asked to drain it before anything stops it (an engine that ends on
-    # SIGTERM, as the demo engine and llama.cpp do, cuts what it streams): its record is
-    # Terminating (draining, then signalled) and its stream goes on.
-    assert asked.exists() and not gone(), reconcile.record(next_name("roll"))
-    assert stream.thread.is_alive(), f"the stream was cut: {stream.body!r}"
-    hold.unlink()  # the stream may end now: the `@next` stops after it
-    stream.thread.join(WAIT)
+        def version_3_ready() -> bool:
+            record = reconcile.record("roll")
+            return (
+                record is not None
+                and record["nonce"] == newest["nonce"]
+                and record["phase"] == "Ready"
+                and not reconcile.record(next_name("roll"))
+            )
+
+        reconcile.wait_for(version_3_ready, timeout=WAIT, what="roll Ready on version 3")
     assert stream.body.rstrip().endswith(b"data: [DONE]"), stream.body
     assert b"error" not in stream.body, stream.body
-
-    def version_3_ready() -> bool:
-        record = reconcile.record("roll")
-        return (
-            record is not None
-            and record["phase"] == "Ready"
-            and not reconcile.record(next_name("roll"))
-        )
-
-    reconcile.wait_for(version_3_ready, timeout=WAIT, what="roll Ready on version 3")
+    assert not loop.errors, loop.errors[:5]
+    bad = [a for a in loop.answers if a[0] != 200]
+    assert not bad, bad[:5]  # something Ready served throughout
     g2.finish()
 
 

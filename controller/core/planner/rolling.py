@@ -162,18 +162,33 @@ def judge_next(ctx: Context, view: RecordView) -> list[Judged]:
     base = instance_of(rec.name)  # the instance it replaces: `web@2` for `web@2@next`
     entry = ctx.entry(rec.name)  # None once the deployment, or this replica, is gone
     old = ctx.observed.records.get(base)
-    if entry is None or not rolling(entry) or rec.spec_hash != entry.hash:
+    if entry is None or not rolling(entry):
         return list(_abandon(ctx, view, entry))
+    stale = rec.spec_hash != entry.hash
+    if stale and not _last_server(view, old):
+        return list(_abandon(ctx, view, entry))
+    kept = "; the spec changed again: it serves until the newest is Ready" if stale else ""
     if old is None or old.record.nonce == rec.nonce:
         # The old record is gone (stopped, or a promote interrupted after its rename).
-        return [Promote(name=base, reason=f"{rec.name} takes the name {base}")]
+        return [Promote(name=base, reason=f"{rec.name} takes the name {base}{kept}")]
     if old.record.phase is Phase.TERMINATING:
         return []  # the old one's teardown is finished first (its Stop); then the rename
     if view.alive and rec.phase is Phase.READY:
-        return [Promote(name=base, reason=f"rolling update: {rec.name} is Ready; old drains")]
+        reason = f"rolling update: {rec.name} is Ready; old drains{kept}"
+        return [Promote(name=base, reason=reason)]
     if rec.phase in (Phase.PENDING, Phase.IDLE):
         return [Release(name=rec.name, reason="not a rolling update's state", nonce=rec.nonce)]
     return lifecycle(ctx, view, entry)  # Starting, crashed, backing off: the old one serves
+
+
+def _last_server(view: RecordView, old: RecordView | None) -> bool:
+    """A Ready ``@next`` its instance's old engine no longer serves beside (Terminating
+    from a promotion cut short, gone, or down): abandoned for a newer spec, it would leave
+    nothing Ready until the newest is. As Kubernetes scales a mid-rollout ReplicaSet's
+    Ready pods down only as the newest's become Ready, it is promoted instead, stale, and
+    the newest rolls from it (a ``@next`` beside it) as from any Ready old instance."""
+    other = old is not None and old.record.nonce != view.record.nonce and _serving(old)
+    return _serving(view) and not other
 
 
 def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAction, ...]:
