@@ -12,6 +12,8 @@ wait for: an answer at all is the proof.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import threading
 from dataclasses import replace
@@ -163,6 +165,46 @@ def test_a_deployment_whose_manifest_is_invalid_is_answered_with_why(
     assert "activation: OnDemand starts one engine" in message and "fix its manifest" in message
     assert "readiness deadline" not in message, message
     g.finish()
+
+
+def test_an_engine_that_exits_while_its_manifest_is_invalid_is_answered_at_once(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A running engine whose manifest broke (a typo) keeps running; once it exits, its
+    record backs off with no restart until the manifest is valid. A request for it waited
+    out the readiness deadline (600 s) for a restart only a person can bring: it is
+    answered as an ended one, at once, with the way out and no Retry-After."""
+    reconcile.write("typo", readiness=LONG)
+    g = gateway()
+    try:
+        pid = g.wait_phase("typo", "Ready")["pid"]
+        reconcile.write("typo", readiness=LONG, env={"PORT": "9000"})  # refused: invalid
+        reconcile.wait_for(
+            lambda: reconcile.status("typo")["typo"].get("spec_valid") is False,
+            timeout=WAIT,
+            what="the manifest judged invalid",
+        )
+        os.kill(pid, signal.SIGKILL)
+        # Its exit is recorded as a back-off with no restart ("no restart until its
+        # manifest is valid"), a pass later said as "spec invalid (engine not running)".
+        reconcile.wait_for(
+            lambda: reconcile.status("typo")["typo"].get("phase") == "BackOff",
+            timeout=WAIT,
+            what="the exit recorded",
+        )
+        answer = g.post("typo")  # its client gives up after WAIT: an answer is the proof
+        assert answer.status == 503, answer
+        assert "Retry-After" not in answer.headers, answer.headers
+        message = answer.json()["error"]["message"]
+        assert "cannot become Ready by itself" in message, message
+        # the record's words at either pass: the exit, or the manifest's error
+        assert "typo BackOff: " in message and "fix its manifest" in message, message
+        assert "no restart until its manifest is valid" in message or (
+            "spec invalid (engine not running)" in message and "spec.env.PORT" in message
+        ), message
+        assert "readiness deadline" not in message, message
+    finally:
+        g.finish()
 
 
 def test_the_official_client_does_not_retry_what_only_a_person_can_fix(

@@ -52,9 +52,13 @@ HELD_BY_DRAIN = (Phase.IDLE, Phase.PENDING, Phase.BACKOFF, *ENDED)
 
 
 def _ended(rec: Record) -> bool:
-    """Nothing starts it until a person acts: it ended, or its manifest never validated
-    (Pending, holding nothing: a deadline to wait for it has it never had)."""
-    return rec.phase in ENDED or (not rec.spec_valid and not rec.holds)
+    """Nothing starts it until a person acts: it ended, or its manifest is invalid and no
+    engine of it runs: it never validated (Pending, holding nothing: a deadline to wait for
+    it has it never had), or its engine exited after the manifest broke (BackOff with no
+    restart until the manifest is valid: a request for it waited out the deadline)."""
+    return rec.phase in ENDED or (
+        not rec.spec_valid and (not rec.holds or rec.phase is Phase.BACKOFF)
+    )
 
 
 def _backing_off(rec: Record, now: datetime) -> bool:
