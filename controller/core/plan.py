@@ -21,8 +21,6 @@ from controller.core.devices.inventory import Inventory
 from controller.core.planner.context import EMPTIED, Context, Desired, Roll, Want
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.lifecycle import (
-    BACKOFF_FIRST,
-    BACKOFF_MAX,
     BACKOFF_RESET,
     backoff,
     restarts_after,
@@ -33,7 +31,7 @@ from controller.core.planner.pulling import gate
 from controller.core.planner.records import IN_PLACE, RESTARTED, judge, leader_of, rekeyed
 from controller.core.planner.rolling import rolls
 from controller.core.planner.turns import is_turn, restarts_in_turn, waits_turn
-from controller.core.state import Observed
+from controller.core.state import BACKOFF_FIRST, BACKOFF_MAX, Observed
 
 __all__ = [
     "BACKOFF_FIRST",

@@ -59,6 +59,13 @@ def unknown_mark(since: datetime, why: str) -> str:
     return f"{STATE_UNKNOWN} {since.astimezone(UTC).strftime(UNKNOWN_SINCE)}: {why}"
 
 
+# A crashed engine's back-off (Kubernetes' CrashLoopBackOff): 10 s, doubling to 300 s. Here,
+# not in the planner that applies it: the gateway reads the cap too (a 503's Retry-After),
+# and it imports no planner (pydantic, the specs) at its start.
+BACKOFF_FIRST = 10.0
+BACKOFF_MAX = 300.0
+
+
 def backoff_cause(message: str) -> str:
     """A BackOff record's message without its "; restart in 20s" (why it backs off)."""
     return _RESTART_WHEN.sub("", message)

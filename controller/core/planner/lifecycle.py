@@ -23,10 +23,15 @@ from controller.core.devices.placement import ledger_for
 from controller.core.elapsed import elapsed
 from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context, Judged, Want
-from controller.core.state import Phase, Record, RecordView, backoff_cause
+from controller.core.state import (
+    BACKOFF_FIRST,
+    BACKOFF_MAX,
+    Phase,
+    Record,
+    RecordView,
+    backoff_cause,
+)
 
-BACKOFF_FIRST = 10.0
-BACKOFF_MAX = 300.0
 BACKOFF_RESET = 600.0  # seconds Ready after which a crash counts as the first again
 CLOCK_SLACK = 1.0  # seconds a back-off may seem longer than its length (rounding, writes)
 

@@ -18,8 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.core.manifest.names import base_name
-from controller.core.plan import BACKOFF_MAX
-from controller.core.state import Drain, Phase, Record
+from controller.core.state import BACKOFF_MAX, Drain, Phase, Record
 from controller.gateway.accounting.fallbackevents import FallbackEvents
 from controller.gateway.accounting.inflight import InflightCounts
 from controller.gateway.accounting.metrics import GatewayMetrics
