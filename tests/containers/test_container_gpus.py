@@ -13,6 +13,7 @@ CDI driver, neither of which installs without a GPU: its argv is checked, and
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import uuid
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ from controller.core.render import render
 from controller.core.state import Record
 
 CDI_DIR = Path("/var/run/cdi")  # one of the two folders podman reads CDI specs from
+OURS = "reconcile-test-"  # the specs these tests write
+CDI_TURNS = Path("/tmp/reconcile-test-cdi.lock")  # held while one of them is written
 # Each fake GPU's edit: a variable naming it, so the engine can say which it was given.
 CDI_SPEC = """cdiVersion: "0.5.0"
 kind: "nvidia.com/gpu"
@@ -46,17 +49,23 @@ def cdi_gpus() -> Iterator[None]:
     """Four fake NVIDIA GPUs (0-3) in a CDI spec of this test's own, removed after."""
     if os.geteuid() != 0:
         pytest.skip("writing a CDI spec into /var/run/cdi needs root (CI runs as root)")
-    # Two specs naming one device make it unresolvable (CDI refuses the conflict).
-    others = [p for d in (CDI_DIR, Path("/etc/cdi")) if d.is_dir() for p in d.iterdir()]
-    if any("nvidia.com/gpu" in p.read_text(errors="replace") for p in others if p.is_file()):
-        pytest.skip("this host has a CDI spec of NVIDIA GPUs: scripts/gpu-check covers it")
-    CDI_DIR.mkdir(parents=True, exist_ok=True)
-    spec = CDI_DIR / f"reconcile-test-{uuid.uuid4().hex[:8]}.yaml"
-    spec.write_text(CDI_SPEC.format(devices="".join(CDI_DEVICE.format(i=i) for i in range(4))))
-    try:
-        yield
-    finally:
-        spec.unlink()
+    # Two specs naming one device make it unresolvable (CDI refuses the conflict): the
+    # tests that write one take turns. Without the turns, a test on another worker read
+    # its sibling's spec as the host's own GPUs and skipped (a CI run, 2026-12-07).
+    with CDI_TURNS.open("w") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)  # released as the file closes
+        for stale in CDI_DIR.glob(f"{OURS}*.yaml"):  # a killed run's, never a live one's
+            stale.unlink()
+        others = [p for d in (CDI_DIR, Path("/etc/cdi")) if d.is_dir() for p in d.iterdir()]
+        if any("nvidia.com/gpu" in p.read_text(errors="replace") for p in others if p.is_file()):
+            pytest.skip("this host has a CDI spec of NVIDIA GPUs: scripts/gpu-check covers it")
+        CDI_DIR.mkdir(parents=True, exist_ok=True)
+        spec = CDI_DIR / f"{OURS}{uuid.uuid4().hex[:8]}.yaml"
+        spec.write_text(CDI_SPEC.format(devices="".join(CDI_DEVICE.format(i=i) for i in range(4))))
+        try:
+            yield
+        finally:
+            spec.unlink()
 
 
 def test_podman_gets_the_leased_gpus_by_cdi_and_the_engine_numbers_them_from_zero(
