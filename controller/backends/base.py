@@ -57,6 +57,16 @@ class StartRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class CommandLine:
+    """What a start runs, as `reconcile plan` shows it (``Backend.command_line``): the
+    argv (a process's own, a container's runtime's whole `run`) with its secrets hidden
+    (``redact.redact_args``), and the names of the variables it is given, never a value."""
+
+    argv: tuple[str, ...]
+    env: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ExitStatus:
     """How an engine ended, when the backend saw it end (else unknown: None)."""
 
@@ -121,6 +131,11 @@ class Backend(Protocol):
 
     def launch(self, launch: StartRequest) -> Instance:
         """Start the instance; where it runs (a cluster may choose node, port, devices)."""
+        ...
+
+    def command_line(self, launch: StartRequest) -> CommandLine | None:
+        """What ``launch`` would run, for `reconcile plan`: nothing is started, an image
+        is looked at, never pulled. None: the engine's node renders it (a cluster)."""
         ...
 
     def refresh(self, records: Iterable[Record]) -> None:

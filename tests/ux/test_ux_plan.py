@@ -6,10 +6,14 @@ names the field that forced it.
 
 from __future__ import annotations
 
+import json
+import shlex
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from controller.redact import redact_args
 from tests.procs import wait_for
 
 # How a Failed engine's record says it ended under restartPolicy Never: with its code when
@@ -360,3 +364,23 @@ def test_an_autoscaled_count_no_change_came_to_says_where_it_starts(reconcile: A
     assert "nap: 0 desired (autoscale 0..3: not scaled yet: autoscale.min, where" in plan, plan
     assert "busy: 2 desired (autoscale 1..3: not scaled yet: spec.replicas, where" in plan, plan
     assert "no load seen" not in plan
+
+
+def test_plan_shows_the_argv_a_start_runs_which_the_pass_then_runs(reconcile: Any) -> None:
+    rc = reconcile
+    model = "https://user:hunter2-not-for-plan@example.invalid/m"  # a URL's password
+    rc.write("shown", basePort=rc.port, command=rc.demo_command(model=model), env={"A": "b"})
+    doc = rc("plan", "-o", "json", check=2).json()
+    (change,) = doc["changes"]
+    runs = change["runs"]
+    assert "hunter2" not in json.dumps(doc) and "A" in runs["env"], runs
+    assert "https://user:<redacted>@example.invalid/m" in runs["argv"], runs
+    text = rc("plan", check=2).out
+    assert f"      runs: {shlex.join(runs['argv'])}" in text, text
+
+    rc.once()
+    record = rc.record("shown")
+    assert record is not None and record["ref"] is not None, record
+    cmdline = Path(f"/proc/{record['ref']['pid']}/cmdline").read_bytes().decode()
+    assert redact_args(cmdline.split("\0")[:-1]) == runs["argv"]
+    rc.down()

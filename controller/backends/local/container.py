@@ -184,14 +184,8 @@ class Wrapper:
         shown = {k: v for k, v in env.items() if k not in hidden and k != OWNER}
         _write_env(env_file, {**shown, **self._marks()}, marker)
         try:
-            argv = self.run_argv(runtime.name, spec, launch, image, name, marker, env_file)
-            # `--env KEY` alone: the runtime takes KEY's value from its own environment.
-            argv[2:2] = [arg for key in sorted(hidden) for arg in ("--env", key)]
-            # What adopting it after a crash must know again, which `inspect` cannot say
-            # as the manifest wrote it (podman completes an image's name).
-            argv[2:2] = ["--label", f"{containers.IMAGE_LABEL}={image}"]
-            argv[2:2] = ["--label", f"{containers.DIGEST_LABEL}={digest}"]
-            argv[2:2] = ["--cidfile", str(cid_file)]
+            whole = Whole(image=image, digest=digest, name=name, marker=marker, hidden=hidden)
+            argv = self.whole_argv(runtime.name, launch, whole, env_file)
             offset = _size(launch.log_path)
             client = _start_client([*_waited(rc_file), *argv], launch.log_path, hidden)
             failpoints.hit("container.run.before_wait")
@@ -480,6 +474,38 @@ class Wrapper:
             f"set spec.container.runtime: {other.name} (or node.yaml containerRuntime)"
         )
 
+    def whole_argv(
+        self, runtime: str, launch: StartRequest, whole: Whole, env_file: Path
+    ) -> list[str]:
+        """The `run` a start gives the runtime (``launch`` runs it, ``plan`` shows it)."""
+        spec = launch.entry.deployment.spec
+        image, name, marker = whole.image, whole.name, whole.marker
+        argv = self.run_argv(runtime, spec, launch, image, name, marker, env_file)
+        # `--env KEY` alone: the runtime takes KEY's value from its own environment.
+        argv[2:2] = [arg for key in sorted(whole.hidden) for arg in ("--env", key)]
+        # What adopting it after a crash must know again, which `inspect` cannot say
+        # as the manifest wrote it (podman completes an image's name).
+        argv[2:2] = ["--label", f"{containers.IMAGE_LABEL}={image}"]
+        argv[2:2] = ["--label", f"{containers.DIGEST_LABEL}={whole.digest}"]
+        argv[2:2] = ["--cidfile", str(env_file.with_suffix(".cid"))]
+        return argv
+
+    def command_line(self, launch: StartRequest, marker: str, env: Mapping[str, str]) -> list[str]:
+        """What a start of ``launch`` would give the runtime, for `reconcile plan`: the
+        argv `launch` builds, the image's digest as the runtime has it now (a look, never
+        a pull: ``<digest>`` when unknown), the env file's path where its values go."""
+        spec = launch.entry.deployment.spec
+        assert spec.container is not None and launch.record.nonce is not None
+        runtime = self.runtime_of(spec.container)
+        image = container_image(spec)
+        known = self.images.get((runtime.name, image)) or _image_or_none(runtime, image)
+        name = container_name(instance_of(launch.record.name), launch.record.nonce)
+        env_file = StateDir(Path(self.state_dir)).container_env(name)
+        hidden = _client_env(launch, env)
+        digest = known[1] if known is not None else "<digest>"
+        whole = Whole(image=image, digest=digest, name=name, marker=marker, hidden=hidden)
+        return self.whole_argv(runtime.name, launch, whole, env_file)
+
     def run_argv(
         self,
         runtime: str,
@@ -549,6 +575,19 @@ class Wrapper:
             if not inside and os.path.isdir(path):
                 mounts.append(f"{path}:{path}:ro")
         return mounts
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """What a container's `run` names beside the spec: its image and the digest it was
+    found at, its name and marker, the variables the runtime passes from its own
+    environment (``_client_env``: their values never in a file or an argv)."""
+
+    image: str
+    digest: str
+    name: str
+    marker: str
+    hidden: Mapping[str, str]
 
 
 def _drop_unread_exits(runs: Path, records: Callable[[], Iterable[Record]]) -> int:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller import failpoints
-from controller.backends.base import ExitStatus, Held, StartRequest, engine_env
+from controller.backends.base import CommandLine, ExitStatus, Held, StartRequest, engine_env
 from controller.backends.local import execgate
 from controller.core.devices.inventory import Inventory
 from controller.core.imagepulls import ImageWait
@@ -52,6 +52,7 @@ from controller.host.procscan import EnvironScan
 from controller.logsetup import get_logger
 from controller.pull import launch
 from controller.pull.host import HostPuller
+from controller.redact import redact_args
 from controller.store.config import stateid
 from controller.store.instances import logfiles
 from controller.store.instances.records import RecordStore
@@ -248,6 +249,19 @@ class LocalBackend:
             ref=ref, node=rec.node, host=rec.host, port=rec.port, devices=rec.devices,
             container=kept, message=said,
         )  # fmt: skip
+
+    def command_line(self, launch: StartRequest) -> CommandLine | None:
+        rendered, rec = launch.rendered, launch.record
+        if launch.entry.deployment.spec.container is None:
+            return CommandLine(tuple(redact_args(rendered.argv)), tuple(sorted(rendered.env)))
+        from controller.backends.local.container import Passed, container_env
+
+        assert rec.nonce is not None
+        passed = None if self.containers.static_devices else Passed.of(rec.devices)
+        env = container_env(rendered.env, passed)
+        marker = self.marker(instance_of(rec.name), rec.nonce)
+        argv = self.containers.command_line(launch, marker, env)
+        return CommandLine(tuple(redact_args(argv)), tuple(sorted(env)))
 
     def _leader(self, nonce: str | None) -> ProcessRef | None:
         """The marker process of ``nonce`` whose parent carries none (the engine)."""

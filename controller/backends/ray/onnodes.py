@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from controller.backends.base import CommandLine, StartRequest
 from controller.core.manifest import backendnames
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Record
@@ -31,6 +32,9 @@ class OnTheirNodes:
 
     def prove_ours(self, rec: Record) -> None:
         return None  # an actor's engine is its own unreaped child: ours by construction
+
+    def command_line(self, launch: StartRequest) -> CommandLine | None:
+        return None  # an actor renders its engine on its node, with the port it finds there
 
     def runtime_log(self, rec: Record) -> list[str] | None:
         return None  # an actor reads its engine's log on its node (log_since)

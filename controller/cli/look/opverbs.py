@@ -156,6 +156,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from controller.cli.render import planview
     from controller.core.manifest.labels import kept_apart, kept_note, skip_note
     from controller.host import secrets
+    from controller.reconciler import planned
     from controller.store.sources.manifests import load
 
     fmt = output_format(args, "text", ("text", "json", "name"))
@@ -182,7 +183,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     desired = view.desired(loaded)
     observed, problems = view.observe(desired=desired)
     observed = view.foresee_strays(desired, observed)
-    found = planview.changes(view.plan(desired, observed), desired, observed)
+    found = planview.changes(
+        view.plan(desired, observed),
+        desired,
+        observed,
+        runs=lambda action: planned.command_line(view, action, observed),
+    )
     if args.selector:  # the manifest's labels, else the record's
         labels = {n: v.record.labels for n, v in observed.records.items()}
         labels |= {n: e.deployment.metadata.labels for n, e in desired.entries.items()}

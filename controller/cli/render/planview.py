@@ -10,10 +10,12 @@ a destroy of the engine whose deployment then waits Pending: exit 1, as `--once`
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from controller.backends.base import CommandLine
 from controller.core.actions import (
     Action,
     Conflict,
@@ -37,6 +39,7 @@ from controller.core.pulls import size_text
 from controller.core.state import Observed, Phase
 from controller.pull.sizes import remote_size
 from controller.reconciler.pulling import FAILING_AFTER
+from controller.redact import printable
 
 if TYPE_CHECKING:
     from controller.core.manifest.specs import DeploymentSpec
@@ -99,26 +102,49 @@ class Change:
     fields: tuple[str, ...] = ()
     pending: bool = True  # False: a wait that is already recorded as such
     download: dict[str, Any] | None = None  # a Pull: {"bytes": n or null} still to download
+    runs: CommandLine | None = None  # a start's: what it would run (a process, a container)
 
     def as_json(self) -> dict[str, Any]:
-        doc = {
+        doc: dict[str, Any] = {
             "name": self.name,
             "change": self.kind,
             "action": self.action,
             "reason": self.reason,
             "fields": [f"spec.{f}" for f in self.fields],
         }
+        if self.runs is not None:
+            doc["runs"] = {"argv": list(self.runs.argv), "env": list(self.runs.env)}
         return doc if self.download is None else {**doc, "download": self.download}
 
+    def runs_text(self) -> list[str]:
+        """The start's lines under its change: its argv as a shell would take it, then
+        the names of the variables it is given (their values are never shown)."""
+        if self.runs is None:
+            return []
+        argv = printable(shlex.join(self.runs.argv))
+        env = ", ".join(self.runs.env) or "none"
+        return [f"      runs: {argv}", f"      env: {printable(env)}"]
 
-def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> list[Change]:
+
+# What a start would run (``reconciler/planned.py``); None: nothing to show.
+Runs = Callable[[Action], CommandLine | None]
+
+
+def _nothing(_action: Action) -> CommandLine | None:
+    return None
+
+
+def changes(
+    actions: Sequence[Action], desired: Desired, observed: Observed, runs: Runs = _nothing
+) -> list[Change]:
+    """``runs``: what each start would run, shown under its change."""
     # A manifest fixed, a drain's hold ended, the manifests' commit moved: the record's
     # words are bookkeeping beside the change or look that follows (one change a name,
     # counted once: it showed as two, e.g. "unchanged Starting" and "unchanged Ready").
     others = {a.name for a in actions if not _bookkeeping(a)}
     kept = [a for a in actions if not (_bookkeeping(a) and a.name in others)]
     wanted = desired.instances()  # record names to exist: every replica
-    out = [_change(a, observed, wanted) for a in kept]
+    out = [_shown(_change(a, observed, wanted), a, runs) for a in kept]
     touched = {a.name for a in actions}
     ours = {n for n, v in observed.records.items() if v.record.owner == desired.owner}
     for name in sorted((set(desired.entries) | ours) - touched):
@@ -126,6 +152,14 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
         phase = str(view.record.phase) if view else "not started"
         out.append(Change(name, "unchanged", "none", phase, pending=False))
     return out
+
+
+def _shown(change: Change, action: Action, runs: Runs) -> Change:
+    """A start (a create, a restart) with what it would run: nothing else runs anything."""
+    if change.kind not in ("create", "restart"):
+        return change
+    said = runs(action)
+    return change if said is None else replace(change, runs=said)
 
 
 def _bookkeeping(action: Action) -> bool:
@@ -222,6 +256,7 @@ def text(found: Sequence[Change], errors: Sequence[str]) -> str:
         if c.kind == "replace" and c.fields:
             why += f" (forces replacement: {', '.join('spec.' + f for f in c.fields)})"
         lines.append(f"{SYMBOL[c.kind]:>3} {c.name:<{width}}  {c.kind:<9}  {why}")
+        lines += c.runs_text()
     n = summary(found)
     lines.append("")
     lines.append(
