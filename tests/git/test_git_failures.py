@@ -332,3 +332,27 @@ def test_a_fetch_that_fails_on_the_checkout_s_own_disk_names_that_disk(
         seen = source(reconcile)
         assert seen["state"] != "PullFailed" and reconcile.pids("alpha") == {pid}, seen
         reconcile("--git", remote.url, *GIT, "down", check=0)
+
+
+def test_status_json_says_the_source_state_the_line_above_the_table_says(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`status` printed `source: ... PullFailed ...` above its table; its JSON had no word
+    of it: each item carries it now among the node's conditions (``SourceReady``)."""
+    remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+
+    def source_condition() -> dict[str, Any]:
+        (item,) = reconcile("status", "-o", "json", check=0).json()
+        return next(c for c in item["node_conditions"] if c["type"] == "SourceReady")
+
+    synced = source_condition()
+    assert (synced["status"], synced["reason"]) == ("True", "Synced"), synced
+    shutil.move(remote.bare, remote.bare.with_name("gone.git"))
+    reconcile("--once", "--git", remote.url, *GIT, check=1)
+    failed = source_condition()
+    assert (failed["status"], failed["reason"]) == ("False", "PullFailed"), failed
+    line = reconcile("status", check=0).out.splitlines()[0]
+    assert line == f"source: {failed['message']}", (line, failed)
+    assert "does not appear to be a git repository" in failed["message"], failed
+    reconcile("--git", remote.url, *GIT, "down", check=0)

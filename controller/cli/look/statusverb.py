@@ -34,6 +34,7 @@ from controller.cli.gateway.gatewaystatus import refusal_lines
 from controller.cli.gateway.gatewaystatus import summary as gateway_line
 from controller.cli.gateway.startlock import stopped
 from controller.cli.look import unrecorded
+from controller.cli.look.nodeconditions import STOPPED_DAEMON, node_conditions
 from controller.cli.render.views import (
     FORMATS,
     drain_line,
@@ -111,11 +112,6 @@ class Look:
         return rec
 
 
-# What a daemon stopped (SIGSTOP, a debugger) means for the table: it holds its lock, so
-# nothing said "no daemon runs", and its records look as its last pass left them.
-STOPPED_DAEMON = "no pass runs until it does: nothing is started, restarted or stopped"
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:
@@ -133,8 +129,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not seen.records:
         say_if_absent(cfg)
         seen.unrecorded += unrecorded.of_another_state_dir(cfg)
-    if fmt in ("json", "yaml"):
-        print(dump(items(seen), fmt))
+    if fmt in ("json", "yaml"):  # DESIGN's list: each item carries the node's conditions
+        conditions = node_conditions(cfg, seen.unread)
+        print(dump([{**i, "node_conditions": conditions} for i in items(seen)], fmt))
     elif fmt == "name":
         print("".join(f"{s.name}\n" for s in group(seen.records)), end="")
     else:
