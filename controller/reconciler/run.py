@@ -80,7 +80,7 @@ from controller.reconciler.probekeys import keys_of
 from controller.reconciler.pulling import puller_of
 from controller.reconciler.volumes import refuse_missing_volumes
 from controller.store import diskspace
-from controller.store.config import secretkey, stateid
+from controller.store.config import nodelabels, secretkey, stateid
 from controller.store.config.node import Config, read_drain
 from controller.store.instances import logfiles
 from controller.store.instances.events import REMOVED, REMOVED_OUTCOME, Journal
@@ -565,6 +565,7 @@ class Reconciler(Preview):
         replaced.refuse_beside_strangers(self.backend, self.config.state_dir, self.config.owner)
         self.store.ensure()
         stateid.ensure(self.config.state_dir)  # before the first spawn: its engines carry it
+        self._remember_labels()
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
         with self._fetch_first() as git_held, self.pass_lock.hold(timeout), self._rotating():
             started = time.monotonic()
@@ -606,6 +607,13 @@ class Reconciler(Preview):
             for hook in self.after_pass:
                 hook(result, seconds)
         return result
+
+    def _remember_labels(self) -> None:
+        """The labels read in node.yaml, kept for when it goes missing (a disk not
+        mounted): every reader then takes them, and nothing is stopped for want of them."""
+        cfg = self.config
+        if cfg.labels_file is not None and cfg.labels is not None:
+            nodelabels.remember(cfg.state_dir, cfg.labels_file, cfg.labels)
 
     @contextlib.contextmanager
     def _rotating(self) -> Iterator[None]:

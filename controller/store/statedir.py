@@ -136,6 +136,11 @@ class StateDir:
         return self.root / "node.yaml"
 
     @property
+    def node_labels(self) -> Path:
+        """The labels a pass last read in node.yaml (``config/nodelabels.py``)."""
+        return self.root / "node-labels.json"
+
+    @property
     def state_id(self) -> Path:
         """This state dir's random id, which its engines carry (``config/stateid.py``)."""
         return self.root / "id"

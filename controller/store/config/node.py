@@ -15,6 +15,7 @@ from controller.core.manifest import backendnames
 from controller.core.state import Drain
 from controller.errors import ConfigError
 from controller.store import bootstamp
+from controller.store.config import nodelabels
 from controller.store.documents import write_atomic
 from controller.store.instances import logfiles
 from controller.store.sources.nearmiss import SUFFIXES
@@ -61,6 +62,9 @@ class Config:
     notify: tuple[Hook, ...] = ()  # node.yaml's notify: where to POST which events
     # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
     warnings: tuple[str, ...] = ()
+    # The node.yaml ``labels`` were read in now (None: none read): a pass remembers them,
+    # kept while the file goes missing (``config/nodelabels.py``).
+    labels_file: Path | None = None
 
     @property
     def repo(self) -> Path | None:
@@ -204,6 +208,7 @@ def resolve(
         ray_address=address,
         container_runtime=read.container_runtime,
         labels=read.labels,
+        labels_file=read.read_from,
         notify=read.hooks,
         warnings=read.warnings,
         tls_cert=read.tls[0],
@@ -226,6 +231,7 @@ class _FileSettings:
     labels: dict[str, str] | None = field(default_factory=dict)
     hooks: tuple[Hook, ...] = ()
     warnings: tuple[str, ...] = ()
+    read_from: Path | None = None  # the node.yaml its labels were read in (None: none read)
 
 
 # What a lenient resolve adds to an unreadable node config's error (`plan` strips it).
@@ -234,8 +240,9 @@ IGNORED = " (the node config's settings are ignored here)"
 
 def _node_file(explicit: str | None, state_path: Path, lenient: bool) -> _FileSettings:
     """node.yaml's settings; pydantic and yaml are imported only when the file exists."""
-    if not (explicit or StateDir(state_path).node_config.exists()):
-        return _FileSettings()
+    default = StateDir(state_path).node_config
+    if not (explicit or default.exists()):
+        return _gone(state_path, default)
     from controller.store.config.nodeconfig import read_node_file
 
     try:
@@ -254,7 +261,17 @@ def _node_file(explicit: str | None, state_path: Path, lenient: bool) -> _FileSe
         container_runtime=node_file.container_runtime,
         labels=dict(node_file.labels),
         hooks=tuple(item.hook for item in node_file.notify),
+        read_from=Path(explicit).expanduser().absolute() if explicit else default,
     )
+
+
+def _gone(state_path: Path, file: Path) -> _FileSettings:
+    """No node.yaml: no labels, unless a pass read some in it before (then it went
+    missing: those are kept, with a warning, as an unreadable one stops nothing)."""
+    kept = nodelabels.last_seen(state_path, file)
+    if not kept:  # none read there, or none to lose
+        return _FileSettings()
+    return _FileSettings(labels=kept, warnings=(nodelabels.missing(state_path, file, kept),))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
