@@ -281,3 +281,41 @@ def test_a_cron_wait_that_cannot_fetch_exits_1_though_all_comes_up_ready_later(
     assert rec["phase"] == "Ready" and rec["ref"]["pid"] != pid, rec  # it came up again
     assert d.stop() == 0
     reconcile("--git", url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_token_on_the_git_flag_is_warned_of_and_the_environment_gives_it_instead(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`reconcile --git https://USER:TOKEN@host/...` put the token on reconcile's own
+    command line, which every local user reads in `ps` (git's were already kept clean).
+    It is warned of once, naming the flag, never the token; the documented way, the user
+    alone in the URL and the token in RECONCILE_GIT_PASSWORD, fetches with the token on
+    no command line, and no engine is given the variable."""
+    remote.deploy("alpha")
+    token = f"tok-{uuid.uuid4().hex}"
+    server = Watched(remote.bare.parent, "tess", token, seen=token)
+    try:
+        flagged = ("--git", server.url("remote.git", "tess", token), "--git-path", "manifests")
+        out = reconcile("--once", *flagged, check=0)
+        assert out.err.count("warning: --git's URL carries a credential") == 1, out
+        assert "RECONCILE_GIT_PASSWORD" in out.err and token not in out.out + out.err, out
+
+        second = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
+        server.shown.clear()
+        user = (
+            "--git",
+            f"http://tess@127.0.0.1:{server.port}/remote.git",
+            "--git-path",
+            "manifests",
+        )
+        env = {"RECONCILE_GIT_PASSWORD": token}
+        out = reconcile("--once", "--wait", "--timeout", "30s", *user, check=0, env=env, timeout=60)
+        assert "carries a credential" not in out.err and token not in out.out + out.err, out
+        assert server.shown == [], server.shown  # on no command line while git fetched
+        record = reconcile.record("alpha")
+        assert record["revision"] == second, out
+        environ = Path(f"/proc/{record['ref']['pid']}/environ").read_bytes()
+        assert token.encode() not in environ  # the engine is never given it
+        reconcile(*user, "down", check=0, env=env)
+    finally:
+        server.stop()

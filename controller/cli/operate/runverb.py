@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config
 from controller.cli.common import reconciler as build
@@ -33,6 +35,8 @@ def _print_errors(result_errors: list[object]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     cfg = config(args)
+    if said := token_on_command_line(getattr(args, "git", None), os.environ):
+        print(f"warning: {said}", file=sys.stderr)  # once, at the start: a reload says none
     if args.wait and not args.once:
         print("reconcile: --wait needs --once", file=sys.stderr)
         return EXIT_USAGE
@@ -87,6 +91,38 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         Sender(cfg.state_dir, cfg.notify).flush()
     return code
+
+
+# What a token's user part looks like (`https://TOKEN@host/repo`): GitHub's and GitLab's
+# prefixes, or anything as long as a token (no person's user name is 20 characters).
+TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-")
+TOKEN_LENGTH = 20
+
+
+def token_on_command_line(url: str | None, environ: Mapping[str, str]) -> str | None:
+    """The warning when ``--git``'s URL carries a secret (a password, or a token as its
+    user): every local user reads this process's command line. None when it carries none
+    (a user name whose password RECONCILE_GIT_PASSWORD gives is none). Never the secret."""
+    try:
+        parts = urlsplit(url) if url else None
+    except ValueError:
+        return None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.username:
+        return None
+    from controller.store.sources.git.run import PASSWORD_VARIABLE  # with a git source only
+
+    user = parts.username
+    token = len(user) >= TOKEN_LENGTH or user.startswith(TOKEN_PREFIXES)
+    if parts.password is None and (environ.get(PASSWORD_VARIABLE) or not token):
+        return None
+    return (
+        "--git's URL carries a credential, which every local user can read on this "
+        "process's command line (`ps`) for as long as it runs; git itself never sees it "
+        "there. Give it instead in node.yaml's `git: {url: ...}` (a file of mode 0600, "
+        "and no --git), or name the user alone (`--git https://USER@HOST/REPO`) with "
+        f"the token in {PASSWORD_VARIABLE} in reconcile's environment (a systemd "
+        "EnvironmentFile of mode 0600), or in git's own credential helper"
+    )
 
 
 def _sops_files_missing(loaded: LoadResult) -> list[ManifestError]:

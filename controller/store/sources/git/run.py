@@ -175,6 +175,11 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     proc.communicate()
 
 
+# The password of a git source's URL that names its user alone (`https://USER@HOST/REPO`),
+# from reconcile's environment (a systemd EnvironmentFile of mode 0600): on no command
+# line. Its helper (below) reads it there.
+PASSWORD_VARIABLE = "RECONCILE_GIT_PASSWORD"
+
 # git's credential helper protocol, answered from git's environment: the only helper asked
 # (the empty one first clears the user's), as a URL's own user and password were.
 _HELPER = (
@@ -186,7 +191,8 @@ _HELPER = (
 def _credentials_apart(
     args: tuple[str, ...], environ: Mapping[str, str]
 ) -> tuple[tuple[str, ...], dict[str, str]]:
-    """``args`` with an http(s) URL's ``user:password@`` (or ``user@``) taken out, and the
+    """``args`` with an http(s) URL's ``user:password@`` (or ``user@``, the password then
+    ``RECONCILE_GIT_PASSWORD``'s where ``environ`` has it) taken out, and the
     environment that gives them to git through its credential helper. In the URL they were
     on the command line of git and of its git-remote-https for the whole fetch, which every
     local user reads (`ps`, /proc/PID/cmdline); a process's environment only its own user
@@ -201,8 +207,11 @@ def _credentials_apart(
             out.append(arg)
             continue
         env["RECONCILE_GIT_USERNAME"] = unquote(parts.username)
-        env["RECONCILE_GIT_PASSWORD"] = unquote(parts.password or "")
-        user_only = parts.password is None
+        # A URL with its user alone takes the password from our environment when it has
+        # one: the secret is then on no command line, not even the daemon's `--git`.
+        given = environ.get(PASSWORD_VARIABLE, "") if parts.password is None else ""
+        env[PASSWORD_VARIABLE] = unquote(parts.password or "") or given
+        user_only = parts.password is None and not given
         out.append(urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
     if not env:
         return args, env
