@@ -309,7 +309,7 @@ def test_a_token_on_the_git_flag_is_warned_of_and_the_environment_gives_it_inste
             "manifests",
         )
         env = {"RECONCILE_GIT_PASSWORD": token}
-        out = reconcile("--once", "--wait", "--timeout", "30s", *user, check=0, env=env, timeout=60)
+        out = reconcile("--once", *user, check=0, env=env)  # the new engine started
         assert "carries a credential" not in out.err and token not in out.out + out.err, out
         assert server.shown == [], server.shown  # on no command line while git fetched
         record = reconcile.record("alpha")
