@@ -62,6 +62,7 @@ class ExitStatus:
 
     code: int | None
     signal: int | None
+    oom_killed: bool = False  # a container's runtime said the OOM killer ended it
 
 
 class Puller(Protocol):

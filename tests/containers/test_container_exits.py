@@ -330,3 +330,73 @@ def test_an_engine_stopped_by_a_restarted_dockerd_is_reported_with_its_code(
     assert "Last exit:    exited with code 7" in described.out, described
     rc.down()
     assert engine.ours(rc.state) == []
+
+
+# The stand-in engine, which exits with code 3 once /flag/stop exists (the test's folder).
+EXITS_3 = [*EXITS_7[:-1], EXITS_7[-1].replace("exit 7", "exit 3")]
+
+
+def test_an_engine_that_exits_while_dockerd_is_down_is_reported_with_its_code(
+    reconcile: Reconcile, own_docker: OwnDocker, tmp_path: Path
+) -> None:
+    """dockerd SIGKILLed under a Ready engine (its `run` lost its stream: 125), the engine
+    exits with code 3 while dockerd is down: no `die` event is ever said. `run --rm` had
+    the restarted dockerd remove the container, its code with it: `code unknown`. The
+    container stays until the pass has read its State (code 3), then it is removed."""
+    rc, engine = reconcile, own_docker.engine
+    rc.env.update(engine.env)
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, engine, "coded", command=EXITS_3, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("coded")
+    assert record is not None and record["phase"] == "Ready", record
+    pid, cid = record["ref"]["pid"], record["container"]["id"]
+    rc_file = exit_file(str(rc.state.resolve()), "coded", record["nonce"])
+    own_docker.kill()
+    rc.wait_for(lambda: exit_status(rc_file) is not None, timeout=30, what="the `run` ended")
+    assert exit_status(rc_file) == 125 and os.path.exists(f"/proc/{pid}")  # it runs on
+    (flag / "stop").touch()
+    rc.wait_gone(pid, timeout=60)  # ended while dockerd is down
+    own_docker.start()
+    looked = rc("status", "--refresh", check=None)  # a look: it removes nothing
+    assert "exited with code 3" in looked.out, looked
+    assert engine.inspect(cid)["State"]["ExitCode"] == 3  # kept: no `--rm`
+    assert engine.ours(rc.state) == [cid]
+    rc.once(check=None)
+    record = rc.record("coded")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 3, record
+    described = rc("describe", "coded", check=0)
+    assert "Last exit:    exited with code 3" in described.out, described
+    assert engine.ours(rc.state) == []  # read, then removed by the pass's teardown
+    rc.down()
+    assert engine.ours(rc.state) == []
+    assert sorted((rc.state / "run").glob("reconcile-*")) == []
+
+
+def test_a_container_no_record_names_is_removed_once_it_ended(
+    rc: Reconcile, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash of ours between an engine's end and its teardown, its record lost
+    meanwhile: the container, ended, is no one's to read. The pass that finds its exit
+    file with no record naming it removes it (never leaked), and not one that runs."""
+    manifest = write(rc, engine, "lost")
+    rc.converge()
+    record = rc.record("lost")
+    assert record is not None and record["phase"] == "Ready", record
+    cid = record["container"]["id"]
+    rc_file = exit_file(str(rc.state.resolve()), "lost", record["nonce"])
+    manifest.unlink()
+    RecordStore(rc.state).delete("lost")  # the record lost: its engine an orphan now
+    for key, value in engine.env.items():  # this process asks the runtime too
+        monkeypatch.setenv(key, value)
+    backend = LocalBackend(rc.state, rc.node)
+    assert backend.drop_unused_env_files(list) == 0  # it runs: kept, and its exit file
+    assert engine.ours(rc.state) == [cid] and rc_file.exists()
+    engine.cli("stop", "-t", "0", cid)  # it ends: no pass reads it
+    assert engine.inspect(cid)["State"]["Status"] == "exited"
+    assert backend.drop_unused_env_files(list) == 1
+    assert engine.ours(rc.state) == [] and not rc_file.exists()
+    rc.down()

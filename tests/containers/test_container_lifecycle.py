@@ -412,7 +412,7 @@ def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container
 ) -> None:
     """The image is there but its engine cannot start: a program the image lacks (a wrong
     ``spec.executable``). The runtime's ``run`` ends before any main process; the record
-    says why in the runtime's own words, no engine runs, and ``--rm`` left no container.
+    says why in the runtime's own words, no engine runs, and the start left no container.
     The next pass tries again after the back-off."""
     write(rc, engine, "absent", command=["/bin/no-such-engine", "--port", "{port}"])
     rc.once(check=None)
@@ -454,7 +454,7 @@ def test_an_engine_that_exits_is_judged_by_its_restart_policy_with_its_code(
     rc: Reconcile, engine: Engine
 ) -> None:
     """A container's exit is its engine's: ``quick`` exits before its main process can be
-    seen (the `run --rm` has removed it), ``later`` once it has run a while. Under
+    seen (its start has removed it), ``later`` once it has run a while. Under
     ``restartPolicy: Never`` each runs once and is Failed with the code it exited with
     (the `run`'s status is its container's): podman ran ``quick`` twice, calling its
     engine's output the runtime's words, and the code was lost on both runtimes."""
