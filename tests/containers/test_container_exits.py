@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from containers.conftest import DOCKERD_START, STANDIN, Engine, _unmount_under, write
+from containers.conftest import (
+    DOCKERD_START,
+    PODMAN_CONF,
+    STANDIN,
+    Engine,
+    _unmount_under,
+    write,
+)
 from procs import free_ports, wait_for
 from strategies import entry
 
@@ -400,3 +407,83 @@ def test_a_container_no_record_names_is_removed_once_it_ended(
     assert backend.drop_unused_env_files(list) == 1
     assert engine.ours(rc.state) == [] and not rc_file.exists()
     rc.down()
+
+
+def test_an_engine_whose_end_no_event_says_is_reported_with_its_code(
+    reconcile: Reconcile, podman: Engine, tmp_path: Path
+) -> None:
+    """podman keeping no events (``events_logger = "none"``; or past those it keeps), the
+    `run` of a Ready engine killed, then the engine exits with code 3: `run --rm` had
+    conmon remove the container, its code with it, and no event said it: `code
+    unknown`. The container stays until the pass has read its State, then it is removed."""
+    conf = tmp_path / "containers.conf"
+    conf.write_text(PODMAN_CONF + 'events_logger = "none"\n')
+    engine = Engine("podman", {"CONTAINERS_CONF": str(conf)}, image=podman.image)
+    rc = reconcile
+    rc.env.update(engine.env)
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, engine, "silent", command=EXITS_3, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("silent")
+    assert record is not None and record["phase"] == "Ready", record
+    pid = record["ref"]["pid"]
+    shell = _waiting_shell(exit_file(str(rc.state.resolve()), "silent", record["nonce"]))
+    os.killpg(shell, signal.SIGKILL)  # the shell and its `run`: a session of their own
+    rc.wait_gone(shell)
+    (flag / "stop").touch()
+    rc.wait_gone(pid)
+    rc.once(check=None)
+    record = rc.record("silent")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 3, record
+    described = rc("describe", "silent", check=0)
+    assert "Last exit:    exited with code 3" in described.out, described
+    assert engine.ours(rc.state) == []  # read, then removed by the pass's teardown
+    rc.down()
+    assert engine.ours(rc.state) == []
+    assert sorted((rc.state / "run").glob("reconcile-*")) == []
+
+
+# The stand-in engine, which fills its memory once /flag/eat exists (the test's folder).
+EATS = [
+    "/bin/busybox",
+    "sh",
+    "-c",
+    "/bin/busybox httpd -f -p {host}:{port} -h /www & "
+    "until [ -e /flag/eat ]; do /bin/busybox sleep 0.05; done; "
+    'x=$(/bin/busybox head -c 512m /dev/zero | /bin/busybox tr "\\0" a); exit 0',
+]
+
+
+def test_an_engine_the_oom_killer_ended_is_named_oomkilled(
+    reconcile: Reconcile, docker: Engine, tmp_path: Path
+) -> None:
+    """A container engine over its memory limit (`docker update --memory` here: the
+    spec sets none) is ended by the kernel's OOM killer: its `run` says 137 alone, a code
+    any SIGKILL gives. The runtime's State says OOMKilled, and the pass names it so."""
+    rc = reconcile
+    rc.env.update(docker.env)
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, docker, "eater", command=EATS, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("eater")
+    assert record is not None and record["phase"] == "Ready", record
+    pid, cid = record["ref"]["pid"], record["container"]["id"]
+    docker.cli("update", "--memory", "32m", "--memory-swap", "32m", cid)
+    (flag / "eat").touch()
+    rc.wait_gone(pid, timeout=60)
+    assert docker.inspect(cid)["State"]["OOMKilled"] is True
+    rc.once(check=None)
+    record = rc.record("eater")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 137, record
+    assert record["last_exit"]["reason"] == "OOMKilled", record
+    described = rc("describe", "eater", check=0)
+    said = "Last exit:    exited with code 137 (OOMKilled: out of memory)"
+    assert said in described.out, described
+    rc.down()
+    assert docker.ours(rc.state) == []

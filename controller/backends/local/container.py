@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -417,11 +416,11 @@ class Wrapper:
     def _forget(self, exit_path: Path) -> bool:
         """The container the exit file names removed if it ended and is this state dir's
         (its label and marker say so); whether nothing of it is left to remove."""
-        named = runtime_in(exit_path)
-        runtimes = [named] if named else [r for r in containers.RUNTIMES if shutil.which(r)]
-        state_id = stateid.peek(Path(self.state_dir))
-        mine = containers.Ours(self.state_dir, STATE_ID, state_id)
-        return all(Runtime(r).remove_ended(exit_path.stem, mine) for r in runtimes)
+        runtime = runtime_in(exit_path)
+        if runtime is None:  # an older version's: its `run --rm` has the runtime remove it
+            return True
+        mine = containers.Ours(self.state_dir, STATE_ID, stateid.peek(Path(self.state_dir)))
+        return Runtime(runtime).remove_ended(exit_path.stem, mine)
 
     def _pull_key(self, spec: DeploymentSpec) -> str:
         assert spec.container is not None
