@@ -203,7 +203,8 @@ class EngineHost:
     def _remove_ended(self) -> None:
         """The ended engine's container, removed (its code is read): none is left behind
         by a restart or an engine not restarted (a runtime that does not answer: said)."""
-        container = self.container
+        with self.lock:
+            container = self.container
         if container is None:
             return
         try:
