@@ -383,6 +383,38 @@ def test_an_engine_that_exits_while_dockerd_is_down_is_reported_with_its_code(
     assert sorted((rc.state / "run").glob("reconcile-*")) == []
 
 
+def test_a_container_dockerd_could_not_remove_is_removed_once_it_answers(
+    reconcile: Reconcile, own_docker: OwnDocker, tmp_path: Path
+) -> None:
+    """The engine ended and the pass ran while dockerd was down: its code unknown then,
+    and its container's removal refused. No `--rm` removes it later: the exit file is
+    kept, and `down`, dockerd back, removes it; nothing is left."""
+    rc, engine = reconcile, own_docker.engine
+    rc.env.update(engine.env)
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, engine, "kept", command=EXITS_3, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("kept")
+    assert record is not None and record["phase"] == "Ready", record
+    pid, cid = record["ref"]["pid"], record["container"]["id"]
+    rc_file = exit_file(str(rc.state.resolve()), "kept", record["nonce"])
+    own_docker.kill()
+    rc.wait_for(lambda: exit_status(rc_file) is not None, timeout=30, what="the `run` ended")
+    (flag / "stop").touch()
+    rc.wait_gone(pid, timeout=60)
+    rc.once(check=None)  # dockerd down: no code to read, no container removed
+    record = rc.record("kept")
+    assert record is not None and record["phase"] == "Failed", record
+    assert rc_file.exists()  # kept: the container it names is still to remove
+    own_docker.start()
+    assert engine.ours(rc.state) == [cid]
+    rc.down()
+    assert engine.ours(rc.state) == []
+    assert sorted((rc.state / "run").glob("reconcile-*")) == []
+
+
 def test_a_container_no_record_names_is_removed_once_it_ended(
     rc: Reconcile, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
