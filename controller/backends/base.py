@@ -181,6 +181,12 @@ class Backend(Protocol):
         (of any set), read once the files are listed."""
         ...
 
+    def late_exit(self, rec: Record) -> ExitStatus | None:
+        """How ``rec``'s ended engine exited, where its pass could not read it then (a
+        container's runtime that did not answer) and it can now; its container then
+        removed. None: nothing more to read (the common case, asked of no runtime)."""
+        ...
+
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         """Why the backend cannot place ``spec`` now (a cluster short of GPUs, or with no
         node its ``nodeSelector`` matches), else None."""

@@ -383,12 +383,13 @@ def test_an_engine_that_exits_while_dockerd_is_down_is_reported_with_its_code(
     assert sorted((rc.state / "run").glob("reconcile-*")) == []
 
 
-def test_a_container_dockerd_could_not_remove_is_removed_once_it_answers(
+def test_an_exit_read_while_dockerd_was_down_is_read_again_once_it_answers(
     reconcile: Reconcile, own_docker: OwnDocker, tmp_path: Path
 ) -> None:
-    """The engine ended and the pass ran while dockerd was down: its code unknown then,
-    and its container's removal refused. No `--rm` removes it later: the exit file is
-    kept, and `down`, dockerd back, removes it; nothing is left."""
+    """The engine ended and the pass ran while dockerd was down (a daemon's pass sees the
+    end at once): its code unknown then, and its container's removal refused. The exit
+    file is kept; the next pass, dockerd back, reads the container's State into the
+    record (code 3) and removes it; nothing is left."""
     rc, engine = reconcile, own_docker.engine
     rc.env.update(engine.env)
     flag = tmp_path / "flag"
@@ -407,9 +408,18 @@ def test_a_container_dockerd_could_not_remove_is_removed_once_it_answers(
     rc.once(check=None)  # dockerd down: no code to read, no container removed
     record = rc.record("kept")
     assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] is None, record
     assert rc_file.exists()  # kept: the container it names is still to remove
     own_docker.start()
     assert engine.ours(rc.state) == [cid]
+    rc.once(check=None)
+    record = rc.record("kept")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 3, record
+    assert "exited with code 3" in record["message"], record
+    described = rc("describe", "kept", check=0)
+    assert "Last exit:    exited with code 3" in described.out, described
+    assert engine.ours(rc.state) == [] and not rc_file.exists()  # read, then removed
     rc.down()
     assert engine.ours(rc.state) == []
     assert sorted((rc.state / "run").glob("reconcile-*")) == []

@@ -198,6 +198,22 @@ class LocalBackend:
             code = ended.code if said is None else said.code
             self.exits[ref.pid] = ExitStatus(code, None, oom_killed=ended.oom_killed)
 
+    def late_exit(self, rec: Record) -> ExitStatus | None:
+        """A dead container engine's exit from its container's State, where its exit file
+        is still there (its teardown could not remove the container: the runtime did not
+        answer); the container then removed. A stat alone for every other record."""
+        if rec.container is None or rec.nonce is None or rec.ref is None:
+            return None
+        if not self._exit_file(rec).exists() or self.alive(rec.ref):
+            return None
+        from controller.host.containers import Runtime
+
+        ended = Runtime(rec.container.runtime).ended(rec.container.id)
+        if ended is None:
+            return None
+        self._remove_container(rec, rec.container)
+        return ExitStatus(ended.code, None, oom_killed=ended.oom_killed)
+
     def _exited_container(self, ref: ProcessRef, code: int | None) -> None:
         from controller.backends.local.container import RUNTIME_CODES
 
