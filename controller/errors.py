@@ -54,7 +54,7 @@ class ImagePullFailed(ContainerError):
 
 class ContainerExited(ContainerError):
     """The container was made and its engine ran, but exited before its main process was
-    seen (a `run --rm` removes it at once): an engine's exit, with its code, for the
+    seen (its start removes it at once): an engine's exit, with its code, for the
     restart policy to judge; not the runtime's refusal."""
 
     def __init__(self, code: int, words: str) -> None:

@@ -72,6 +72,7 @@ class ExitStatus:
 
     code: int | None
     signal: int | None
+    oom_killed: bool = False  # a container's runtime said the OOM killer ended it
 
 
 class Puller(Protocol):
@@ -193,6 +194,12 @@ class Backend(Protocol):
         """Remove this set's container env files (spec.env's values) that no start in
         flight reads (a start SIGKILLed left its own); how many. ``records``: every record
         (of any set), read once the files are listed."""
+        ...
+
+    def late_exit(self, rec: Record) -> ExitStatus | None:
+        """How ``rec``'s ended engine exited, where its pass could not read it then (a
+        container's runtime that did not answer) and it can now; its container then
+        removed. None: nothing more to read (the common case, asked of no runtime)."""
         ...
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:

@@ -151,6 +151,9 @@ ACTOR_GONE = "its actor is gone: exit code unknown"
 # Why a container engine's is: its `run` said none (killed, or the runtime's own failure).
 # Never our child, so "not our child" said nothing of why.
 RUN_UNSAID = "its container's run said no exit code"
+# Why a container engine ended, when its runtime says the kernel's OOM killer ended it
+# (Kubernetes' word for a container's last state).
+OOM_KILLED = "OOMKilled"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,6 +166,8 @@ class ExitInfo:
     def __str__(self) -> str:
         if self.signal is not None:
             return f"killed by signal {self.signal}"
+        if self.code is not None and self.reason == OOM_KILLED:
+            return f"exited with code {self.code} (OOMKilled: out of memory)"
         if self.code is not None:
             return f"exited with code {self.code}"
         if self.reason == ACTOR_GONE:  # not a crash of the engine's own: say what ended

@@ -52,6 +52,9 @@ LOOK_PAUSE = 0.2  # seconds: what a missing image costs before its pull, a remov
 # still there or the runtime does not answer: docker's daemon, restarted under running
 # containers, stops them before it answers (a `run`'s clean-up on a busy host: as long).
 DIED_WAIT = 10.0
+# The states of a container that ran and ended (podman's and docker's words): its State
+# keeps the exit code until it is removed.
+ENDED = frozenset({"exited", "stopped"})
 # Seconds before a container's start its events are read from: its main process's start
 # time, read from /proc against the boot time, moves with a step of the clock.
 SINCE_SLACK = 60.0
@@ -62,6 +65,15 @@ LOGRUS = re.compile(r'time="[^"]*" level=\w+ msg="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True, slots=True)
+class Ended:
+    """How a container ended, as its runtime says: its main process's exit code, and
+    whether the kernel's OOM killer ended it (its memory limit, ``--memory``)."""
+
+    code: int
+    oom_killed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Running:
     """What ``inspect`` says of a container."""
 
@@ -69,6 +81,31 @@ class Running:
     pid: int  # its main process on this host (0: not running)
     status: str  # created, running, exited...
     image_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ours:
+    """What makes a container a state dir's: its ``reconcile.state`` label (the state
+    dir's path) and, where it carries one, the state dir's id in its environment (another
+    state dir at the same path, a disk not mounted, is not this one)."""
+
+    state_dir: str
+    id_variable: str  # the variable that carries the state dir's id
+    state_id: str | None  # this state dir's (None: none made yet)
+
+    def holds(self, labels: str, env: str) -> bool:
+        """Whether a container with these labels and environment (``inspect``'s JSON) is
+        this state dir's."""
+        try:
+            label_map = json.loads(labels or "null") or {}
+            variables = json.loads(env or "null") or []
+        except ValueError:
+            return False
+        if not isinstance(label_map, dict) or label_map.get(STATE_LABEL) != self.state_dir:
+            return False
+        prefix = f"{self.id_variable}="
+        said = [str(v)[len(prefix) :] for v in variables if str(v).startswith(prefix)]
+        return not said or said[0] == self.state_id
 
 
 def default_runtime(node_default: str | None) -> str:
@@ -174,20 +211,41 @@ class Runtime:
                 return ContainerRef(runtime=self.name, id=cid, image=image, digest=digest)
         return None
 
-    def exit_code(self, cid: str, since: float, wait: float = DIED_WAIT) -> int | None:
-        """The exit code the runtime's events give container ``cid``'s end after ``since``
-        (epoch seconds, its start): asked when its `run` said none (killed, or docker's
-        daemon killed under it: the wait stream lost), once `run --rm` removed the
-        container and its State.ExitCode with it. Waited for up to ``wait`` s while the
-        container is still there or the runtime does not answer; None where nothing says
-        (its end came while docker's daemon was down, or is past the events it keeps)."""
+    def exit_code(self, cid: str, since: float, wait: float = DIED_WAIT) -> Ended | None:
+        """How container ``cid`` ended, asked when its `run` said no code (killed, or
+        docker's daemon killed under it: the wait stream lost). Its State first: a
+        container we run stays until we remove it (no `--rm`), and the runtime keeps an
+        exited one's code there, also for an end while its daemon was down (which no event
+        says); one gone (removed by hand, or by an older version's `run --rm`) by the
+        runtime's events after ``since`` (epoch seconds, its start). Waited for up to
+        ``wait`` s while it still runs or the runtime does not answer; None where nothing
+        says (gone, and its end past the events the runtime keeps)."""
         deadline = time.monotonic() + wait
         while True:
+            state = self.ended(cid)
+            if state is not None:
+                return state
             removed = self._removed(cid)  # first: a container's end is an event before that
             code = self._died(cid, since)
-            if code is not None or removed or time.monotonic() > deadline:
-                return code
+            if code is not None:
+                return Ended(code)
+            if removed or time.monotonic() > deadline:
+                return None
             time.sleep(LOOK_PAUSE)
+
+    def ended(self, cid: str) -> Ended | None:
+        """Container ``cid``'s exit as its State keeps it, once it has ended (None: still
+        running or starting, gone, or the runtime does not answer)."""
+        fmt = "{{.State.Status}}|{{.State.ExitCode}}|{{.State.OOMKilled}}"
+        try:
+            done = self.call("container", "inspect", "--format", fmt, cid,
+                             timeout=PUBLISHER_TIMEOUT)  # fmt: skip
+        except ContainerError:
+            return None
+        status, code, oom = [*done.stdout.strip().split("|"), "", ""][:3]
+        if done.returncode != 0 or status not in ENDED or not code.lstrip("-").isdigit():
+            return None
+        return Ended(int(code), oom_killed=oom == "true")
 
     def _removed(self, cid: str) -> bool:
         """The runtime answers that it has no container ``cid`` (any more)."""
@@ -213,6 +271,29 @@ class Runtime:
             return None
         said = done.stdout.split()
         return int(said[-1]) if done.returncode == 0 and said and said[-1].isdigit() else None
+
+    def remove_ended(self, name: str, ours: Ours) -> bool:
+        """Remove the container named ``name`` if it has ended (any state but running)
+        and is ``ours``; whether nothing of ours by that name is left (False: it runs, or
+        the runtime does not answer: asked again later). Another's is never touched."""
+        fmt = "{{.State.Status}}|{{json .Config.Labels}}|{{json .Config.Env}}"
+        try:
+            done = self.call("container", "inspect", "--format", fmt, name,
+                             timeout=PUBLISHER_TIMEOUT)  # fmt: skip
+        except ContainerError:
+            return False
+        if done.returncode != 0:
+            return gone(done.stderr)
+        status, labels, env = [*done.stdout.strip().split("|", 2), "", ""][:3]
+        if not ours.holds(labels, env):
+            return True
+        if status in ("running", "paused", "restarting", "removing", "stopping"):
+            return False
+        try:
+            self.remove(name, 0)
+        except ContainerError:
+            return False
+        return True
 
     def signal(self, name: str, sig: int) -> bool:
         """Send ``sig`` to the container's main process (what its ``stop`` sends first,

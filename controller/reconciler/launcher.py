@@ -318,7 +318,7 @@ class Launcher:
         return True
 
     def _exited_at_start(self, record: Record, exc: ContainerExited, verb: str) -> None:
-        """An engine that exited before its start was through (a container `run --rm`
+        """An engine that exited before its start was through (a container its start
         removed at once): judged as any exit, by its restart policy and with its code."""
         ended = ExitInfo(code=exc.code, at=self.maker.now())
         if restarts_after(record.restart_policy, exc.code):

@@ -13,6 +13,7 @@ from controller.backends.base import Backend
 from controller.core.manifest import backendnames
 from controller.core.state import (
     ACTOR_GONE,
+    OOM_KILLED,
     RUN_UNSAID,
     Drain,
     ExitInfo,
@@ -119,7 +120,8 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
         status = backend.exit_of(rec.ref)
         now = datetime.now(UTC)
         if status is not None:
-            exit_info = ExitInfo(code=status.code, signal=status.signal, at=now)
+            oom = OOM_KILLED if status.oom_killed else ""
+            exit_info = ExitInfo(code=status.code, signal=status.signal, at=now, reason=oom)
         elif rec.phase in (Phase.STARTING, Phase.READY):
             # A cron pass is not the engine's parent: the code is lost, the exit is not. A
             # cluster's engine ends with its actor (one that crashed, its actor restarts).

@@ -68,7 +68,7 @@ from controller.host import bootclock, gpuhealth
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity, live_identity
 from controller.logsetup import get_logger
-from controller.reconciler import pulling, replaced, strays, unreachable
+from controller.reconciler import lateexits, pulling, replaced, strays, unreachable
 from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
 from controller.reconciler.gpuwatch import DeviceWatch
@@ -586,6 +586,8 @@ class Reconciler(Preview):
                 entries = loaded.entries.values()
                 pulling.drop_unused_image_pulls(self.backend, entries, result.records.values())
                 self.backend.drop_unused_env_files(self._all_records)
+                here = [r for r in result.ours() if not r.elsewhere(self.config.node)]
+                lateexits.read_late(self.store, self.backend, here)
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
                 if not loaded.unread:  # no commit of the source ran: none has an outcome

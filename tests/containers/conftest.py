@@ -17,7 +17,6 @@ state dir behind fails (``leftovers``).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -236,11 +235,7 @@ def rc(reconcile: Reconcile, engine: Engine) -> Iterator[Reconcile]:
     """The real CLI with the runtime's environment; no container may outlive the test."""
     reconcile.env.update(engine.env)
     yield reconcile
-    # `run --rm`: the runtime removes a container whose engine ended (killed by hand, a
-    # restart's sweep) as it notices, so give it that moment.
-    if engine.ours(reconcile.state):
-        with contextlib.suppress(AssertionError):
-            wait_for(lambda: not engine.ours(reconcile.state), timeout=20, what="removal")
+    # No `--rm`: a container stays until a pass removes it, so none may be left now.
     left = engine.ours(reconcile.state)
     if left:
         for cid in left:

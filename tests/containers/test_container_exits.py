@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from containers.conftest import DOCKERD_START, STANDIN, Engine, _unmount_under, write
+from containers.conftest import (
+    DOCKERD_START,
+    PODMAN_CONF,
+    STANDIN,
+    Engine,
+    _unmount_under,
+    write,
+)
 from procs import free_ports, wait_for
 from strategies import entry
 
@@ -330,3 +337,197 @@ def test_an_engine_stopped_by_a_restarted_dockerd_is_reported_with_its_code(
     assert "Last exit:    exited with code 7" in described.out, described
     rc.down()
     assert engine.ours(rc.state) == []
+
+
+# The stand-in engine, which exits with code 3 once /flag/stop exists (the test's folder).
+EXITS_3 = [*EXITS_7[:-1], EXITS_7[-1].replace("exit 7", "exit 3")]
+
+
+def test_an_engine_that_exits_while_dockerd_is_down_is_reported_with_its_code(
+    reconcile: Reconcile, own_docker: OwnDocker, tmp_path: Path
+) -> None:
+    """dockerd SIGKILLed under a Ready engine (its `run` lost its stream: 125), the engine
+    exits with code 3 while dockerd is down: no `die` event is ever said. `run --rm` had
+    the restarted dockerd remove the container, its code with it: `code unknown`. The
+    container stays until the pass has read its State (code 3), then it is removed."""
+    rc, engine = reconcile, own_docker.engine
+    rc.env.update(engine.env)
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, engine, "coded", command=EXITS_3, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("coded")
+    assert record is not None and record["phase"] == "Ready", record
+    pid, cid = record["ref"]["pid"], record["container"]["id"]
+    rc_file = exit_file(str(rc.state.resolve()), "coded", record["nonce"])
+    own_docker.kill()
+    rc.wait_for(lambda: exit_status(rc_file) is not None, timeout=30, what="the `run` ended")
+    assert exit_status(rc_file) == 125 and os.path.exists(f"/proc/{pid}")  # it runs on
+    (flag / "stop").touch()
+    rc.wait_gone(pid, timeout=60)  # ended while dockerd is down
+    own_docker.start()
+    looked = rc("status", "--refresh", check=None)  # a look: it removes nothing
+    assert "exited with code 3" in looked.out, looked
+    assert engine.inspect(cid)["State"]["ExitCode"] == 3  # kept: no `--rm`
+    assert engine.ours(rc.state) == [cid]
+    rc.once(check=None)
+    record = rc.record("coded")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 3, record
+    described = rc("describe", "coded", check=0)
+    assert "Last exit:    exited with code 3" in described.out, described
+    assert engine.ours(rc.state) == []  # read, then removed by the pass's teardown
+    rc.down()
+    assert engine.ours(rc.state) == []
+    assert sorted((rc.state / "run").glob("reconcile-*")) == []
+
+
+def test_an_exit_read_while_dockerd_was_down_is_read_again_once_it_answers(
+    reconcile: Reconcile, own_docker: OwnDocker, tmp_path: Path
+) -> None:
+    """The engine ended and the pass ran while dockerd was down (a daemon's pass sees the
+    end at once): its code unknown then, and its container's removal refused. The exit
+    file is kept; the next pass, dockerd back, reads the container's State into the
+    record (code 3) and removes it; nothing is left."""
+    rc, engine = reconcile, own_docker.engine
+    rc.env.update(engine.env)
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, engine, "kept", command=EXITS_3, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("kept")
+    assert record is not None and record["phase"] == "Ready", record
+    pid, cid = record["ref"]["pid"], record["container"]["id"]
+    rc_file = exit_file(str(rc.state.resolve()), "kept", record["nonce"])
+    own_docker.kill()
+    rc.wait_for(lambda: exit_status(rc_file) is not None, timeout=30, what="the `run` ended")
+    (flag / "stop").touch()
+    rc.wait_gone(pid, timeout=60)
+    rc.once(check=None)  # dockerd down: no code to read, no container removed
+    record = rc.record("kept")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] is None, record
+    assert rc_file.exists()  # kept: the container it names is still to remove
+    own_docker.start()
+    assert engine.ours(rc.state) == [cid]
+    rc.once(check=None)
+    record = rc.record("kept")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 3, record
+    assert "exited with code 3" in record["message"], record
+    described = rc("describe", "kept", check=0)
+    assert "Last exit:    exited with code 3" in described.out, described
+    assert engine.ours(rc.state) == [] and not rc_file.exists()  # read, then removed
+    rc.down()
+    assert engine.ours(rc.state) == []
+    assert sorted((rc.state / "run").glob("reconcile-*")) == []
+
+
+def test_a_container_no_record_names_is_removed_once_it_ended(
+    rc: Reconcile, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash of ours between an engine's end and its teardown, its record lost
+    meanwhile: the container, ended, is no one's to read. The pass that finds its exit
+    file with no record naming it removes it (never leaked), and not one that runs."""
+    manifest = write(rc, engine, "lost")
+    rc.converge()
+    record = rc.record("lost")
+    assert record is not None and record["phase"] == "Ready", record
+    cid = record["container"]["id"]
+    rc_file = exit_file(str(rc.state.resolve()), "lost", record["nonce"])
+    manifest.unlink()
+    RecordStore(rc.state).delete("lost")  # the record lost: its engine an orphan now
+    for key, value in engine.env.items():  # this process asks the runtime too
+        monkeypatch.setenv(key, value)
+    backend = LocalBackend(rc.state, rc.node)
+    assert backend.drop_unused_env_files(list) == 0  # it runs: kept, and its exit file
+    assert engine.ours(rc.state) == [cid] and rc_file.exists()
+    engine.cli("stop", "-t", "0", cid)  # it ends: no pass reads it
+    assert engine.inspect(cid)["State"]["Status"] in ("exited", "stopped")  # podman's both
+    assert backend.drop_unused_env_files(list) == 1
+    assert engine.ours(rc.state) == [] and not rc_file.exists()
+    rc.down()
+
+
+def test_an_engine_whose_end_no_event_says_is_reported_with_its_code(
+    reconcile: Reconcile, podman: Engine, tmp_path: Path
+) -> None:
+    """podman keeping no events (``events_logger = "none"``; or past those it keeps), the
+    `run` of a Ready engine killed, then the engine exits with code 3: `run --rm` had
+    conmon remove the container, its code with it, and no event said it: `code
+    unknown`. The container stays until the pass has read its State, then it is removed."""
+    conf = tmp_path / "containers.conf"
+    conf.write_text(PODMAN_CONF + 'events_logger = "none"\n')
+    engine = Engine("podman", {"CONTAINERS_CONF": str(conf)}, image=podman.image)
+    rc = reconcile
+    rc.env.update(engine.env)
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, engine, "silent", command=EXITS_3, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("silent")
+    assert record is not None and record["phase"] == "Ready", record
+    pid = record["ref"]["pid"]
+    shell = _waiting_shell(exit_file(str(rc.state.resolve()), "silent", record["nonce"]))
+    os.killpg(shell, signal.SIGKILL)  # the shell and its `run`: a session of their own
+    rc.wait_gone(shell, timeout=60)
+    (flag / "stop").touch()
+    rc.wait_gone(pid, timeout=60)
+    rc.once(check=None)
+    record = rc.record("silent")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 3, record
+    described = rc("describe", "silent", check=0)
+    assert "Last exit:    exited with code 3" in described.out, described
+    assert engine.ours(rc.state) == []  # read, then removed by the pass's teardown
+    rc.down()
+    assert engine.ours(rc.state) == []
+    assert sorted((rc.state / "run").glob("reconcile-*")) == []
+
+
+# The stand-in engine, which fills its memory once /flag/eat exists (the test's folder).
+EATS = [
+    "/bin/busybox",
+    "sh",
+    "-c",
+    "/bin/busybox httpd -f -p {host}:{port} -h /www & "
+    "until [ -e /flag/eat ]; do /bin/busybox sleep 0.05; done; "
+    'x=$(/bin/busybox head -c 512m /dev/zero | /bin/busybox tr "\\0" a); exit 0',
+]
+
+
+def test_an_engine_the_oom_killer_ended_is_named_oomkilled(
+    reconcile: Reconcile, docker: Engine, tmp_path: Path
+) -> None:
+    """A container engine over its memory limit (`docker update --memory` here: the
+    spec sets none) is ended by the kernel's OOM killer: its `run` says 137 alone, a code
+    any SIGKILL gives. The runtime's State says OOMKilled, and the pass names it so."""
+    rc = reconcile
+    rc.env.update(docker.env)
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, docker, "eater", command=EATS, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record("eater")
+    assert record is not None and record["phase"] == "Ready", record
+    pid, cid = record["ref"]["pid"], record["container"]["id"]
+    docker.cli("update", "--memory", "32m", "--memory-swap", "32m", cid)
+    (flag / "eat").touch()
+    rc.wait_gone(pid, timeout=60)
+    # dockerd takes the kernel's OOM event and the exit as they come: its word first.
+    rc.wait_for(lambda: docker.inspect(cid)["State"]["OOMKilled"] is True, timeout=30,
+                what="docker's OOMKilled")  # fmt: skip
+    rc.once(check=None)
+    record = rc.record("eater")
+    assert record is not None and record["phase"] == "Failed", record
+    assert record["last_exit"]["code"] == 137, record
+    assert record["last_exit"]["reason"] == "OOMKilled", record
+    described = rc("describe", "eater", check=0)
+    said = "Last exit:    exited with code 137 (OOMKilled: out of memory)"
+    assert said in described.out, described
+    rc.down()
+    assert docker.ours(rc.state) == []

@@ -20,7 +20,7 @@ import pytest
 from containers.conftest import STANDIN, Engine, after_pulls, mistaken, write
 from procs import free_ports, wait_for
 
-from controller.backends.local.container import PullJob
+from controller.backends.local.container import PullJob, exit_status
 from controller.failpoints import CONTAINER_POINTS
 from controller.host.containers import (
     DIGEST_LABEL,
@@ -207,7 +207,7 @@ def test_logs_read_the_runtime_once_the_run_client_is_killed(rc: Reconcile, engi
         rc.wait_for(lambda: "tick 2" in rc("logs", "box").out, 30, "two ticks")
         (client,) = shell.children()
         client.kill()  # the `run` alone: the container runs on
-        rc.wait_for(lambda: rc_file.read_text().strip().isdigit(), 30, "the run's exit status")
+        rc.wait_for(lambda: exit_status(rc_file) is not None, 30, "the run's exit status")
         last = max(_ticks(rc.store().log_path("box").read_text()))
         rc.wait_for(lambda: last + 3 in _ticks(engine.cli("logs", cid)), 30, "ticks past the file")
         shown = rc("logs", "box", check=0).out
@@ -412,7 +412,7 @@ def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container
 ) -> None:
     """The image is there but its engine cannot start: a program the image lacks (a wrong
     ``spec.executable``). The runtime's ``run`` ends before any main process; the record
-    says why in the runtime's own words, no engine runs, and ``--rm`` left no container.
+    says why in the runtime's own words, no engine runs, and the start left no container.
     The next pass tries again after the back-off."""
     write(rc, engine, "absent", command=["/bin/no-such-engine", "--port", "{port}"])
     rc.once(check=None)
@@ -454,7 +454,7 @@ def test_an_engine_that_exits_is_judged_by_its_restart_policy_with_its_code(
     rc: Reconcile, engine: Engine
 ) -> None:
     """A container's exit is its engine's: ``quick`` exits before its main process can be
-    seen (the `run --rm` has removed it), ``later`` once it has run a while. Under
+    seen (its start has removed it), ``later`` once it has run a while. Under
     ``restartPolicy: Never`` each runs once and is Failed with the code it exited with
     (the `run`'s status is its container's): podman ran ``quick`` twice, calling its
     engine's output the runtime's words, and the code was lost on both runtimes."""

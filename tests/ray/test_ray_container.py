@@ -152,7 +152,7 @@ def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
              what="the killed container removed")  # fmt: skip
 
     # Its actor killed outright: the container is the runtime's child and outlives it,
-    # until the next actor of the deployment sweeps it on its node (then --rm removes it).
+    # until the next actor of the deployment sweeps it on its node, and removes it.
     (actor,) = ours()
     ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
 

@@ -10,15 +10,19 @@ environment plus the marker (``RECONCILE_INSTANCE``, ``RECONCILE_STATE``,
 argv in place of the image's entrypoint, the model cache read-only at the same path, the
 engine's output in the deployment's log file. The record's ``ref`` is the container's
 main process as this host sees it, so liveness (invariant 6), the marker scan and the
-sweep work on it as on any engine; ``--rm`` makes the runtime remove a container whose
-main process ended, however it ended, so none outlives its engine.
+sweep work on it as on any engine. No ``--rm``: a container whose main process ended
+stays, its State (exit code, OOM kill) kept by the runtime, until a pass has read it and
+removes it (the teardown; a pass, once no record names it: no container outlives its
+engine for long), as kubelet reads a container's last state from its runtime.
 
 The runtime's ``run`` is started attached, in a session of its own, with its output into
 the log file: it streams the engine's output there for as long as the container runs and
 ends with it. It carries no marker (it is not the engine). Its exit status is its
 container's (the engine's own code); a shell that waits for it writes that status to
 ``run/<container>.rc`` (:func:`exit_file`), where a pass that is not its parent (an
-adopter: the next ``--once``, a restarted daemon) reads it, the container being gone.
+adopter: the next ``--once``, a restarted daemon) reads it, and the runtime's name after
+it: the file stays until the container is removed, and a pass that finds it with no
+record naming it removes that container (a crash of ours between).
 """
 
 from __future__ import annotations
@@ -52,11 +56,14 @@ from controller.errors import (
 from controller.host import containers, procstat
 from controller.host.containers import Runtime
 from controller.host.procs import identity, process_alive
+from controller.logsetup import get_logger
 from controller.store.config import stateid
 from controller.store.documents import Document
 from controller.store.instances import logfiles
 from controller.store.models import modelcache
 from controller.store.statedir import StateDir
+
+log = get_logger("reconcile")
 
 OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the container
 STATE_ID = "RECONCILE_STATE_ID"  # and its STATE_ID_MARKER
@@ -86,9 +93,11 @@ DETACH = 'rc=$1; shift; { "$@"; echo $? >"$rc"; } </dev/null >&2 & echo $!'
 # one rename: a reader never sees it half written) and exited with. The file is there
 # from the start, naming the shell (`pid <pid>`): a reader knows a status is coming while
 # that shell runs, and none once it is gone (killed with its `run`: the 10 s a pass waited
-# for it). An older version's shell leaves it empty; an older version's `run`, no file.
+# for it). Each line ends with the runtime's name (the `run`'s program): the runtime to
+# ask of a container no record names. An older version's shell leaves it empty (or the
+# name left out); an older version's `run`, no file.
 WAIT_EXIT = (
-    'rc=$1; shift; echo "pid $$" >"$rc"; "$@"; code=$?; echo $code >"$rc.new"; '
+    'rc=$1; shift; echo "pid $$ $1" >"$rc"; "$@"; code=$?; echo "$code $1" >"$rc.new"; '
     'mv -f "$rc.new" "$rc"; exit $code'
 )
 
@@ -107,9 +116,20 @@ def exit_file(state_dir: str, instance: str, nonce: str) -> Path:
 def exit_status(path: Path) -> int | None:
     """The exit status ``path`` holds (None: none written, or not a number)."""
     try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
         return None
+
+
+def runtime_in(path: Path) -> str | None:
+    """The runtime whose `run` the exit file at ``path`` is of (None: not said: an older
+    version's file, or none)."""
+    try:
+        words = path.read_text().split()
+    except OSError:
+        return None
+    rest = words[2:] if words[:1] == ["pid"] else words[1:]  # after its pid, or its code
+    return rest[0] if rest and rest[0] in containers.RUNTIMES else None
 
 
 def run_ended(path: Path) -> bool:
@@ -125,7 +145,7 @@ def status_coming(path: Path) -> bool:
         text = path.read_text()
     except OSError:
         return False
-    head, _, pid = text.strip().partition(" ")
+    head, pid, *_ = [*text.split(), "", ""]
     if head != "pid" or not pid.isdigit():
         return True
     st = procstat.stat(int(pid))  # a pid reused meanwhile: waited for, as before
@@ -179,7 +199,9 @@ class Wrapper:
         env_file = StateDir(Path(self.state_dir)).container_env(name)
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
         rc_file = env_file.with_suffix(".rc")  # and its shell its exit status, at its end
-        _unlink(rc_file)  # an earlier try's of this nonce: not this run's word
+        if rc_file.exists():  # an earlier try's of this nonce: not this run's word
+            _remove_named(runtime, name)  # nor its container, which would block the name
+            _unlink(rc_file)
         hidden = _client_env(launch, env)  # passed through the runtime's own environment
         shown = {k: v for k, v in env.items() if k not in hidden and k != OWNER}
         _write_env(env_file, {**shown, **self._marks()}, marker)
@@ -195,7 +217,8 @@ class Wrapper:
                 ref, cid = started.wait(main_process, cid_file)
             except ContainerError as exc:  # the image may be gone: the next start looks again
                 self.images.pop((runtime.name, image), None)
-                _unlink(rc_file)  # its `run` ended: no engine of this record runs
+                if _remove_named(runtime, name):  # it ended (its code said): not left behind
+                    _unlink(rc_file)  # its `run` ended: no engine of this record runs
                 if not (known.remembered and containers.absent(str(exc))):
                     program = launch.rendered.argv[0]
                     raise _next_move(exc, client.returncode, spec, program, image) from None
@@ -353,7 +376,7 @@ class Wrapper:
         runs = StateDir(Path(self.state_dir)).runs
         listed = sorted(runs.glob("reconcile-*.env"))
         if not listed:
-            return _drop_unread_exits(runs, records)
+            return self._drop_unread_exits(runs, records)
         starting = {r.nonce for r in records() if r.ref is None and process_alive(r.reserved_by)}
         dropped = 0
         for env_file in listed:
@@ -364,7 +387,34 @@ class Wrapper:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             dropped += 1
-        return dropped + _drop_unread_exits(runs, records)
+        return dropped + self._drop_unread_exits(runs, records)
+
+    def _drop_unread_exits(self, runs: Path, records: Callable[[], Iterable[Record]]) -> int:
+        """Remove the exit files (``run/<container>.rc``) of engines no record names any
+        more (a `run` that ended after its record's teardown had looked; a crash of ours
+        between an engine's start and its record, or between its end and its teardown),
+        with the container each names once it has ended (it is no one's to read); how many.
+        One whose container still runs (an orphan the pass reaps), or whose runtime does
+        not answer, is kept for a later pass: so no container is left behind."""
+        listed = sorted(runs.glob("reconcile-*.rc"))
+        if not listed:
+            return 0
+        nonces = {r.nonce for r in records()}
+        dropped = 0
+        for path in listed:
+            if path.stem.rpartition("-")[2] not in nonces and self._forget(path):
+                _unlink(path)
+                dropped += 1
+        return dropped
+
+    def _forget(self, exit_path: Path) -> bool:
+        """The container the exit file names removed if it ended and is this state dir's
+        (its label and marker say so); whether nothing of it is left to remove."""
+        runtime = runtime_in(exit_path)
+        if runtime is None:  # an older version's: its `run --rm` has the runtime remove it
+            return True
+        mine = containers.Ours(self.state_dir, STATE_ID, stateid.peek(Path(self.state_dir)))
+        return Runtime(runtime).remove_ended(exit_path.stem, mine)
 
     def _pull_key(self, spec: DeploymentSpec) -> str:
         assert spec.container is not None
@@ -517,7 +567,7 @@ class Wrapper:
         env_file: Path,
     ) -> list[str]:
         assert spec.container is not None
-        argv = [runtime, "run", "--rm", "--name", name, "--network", "host", "--pull", "never"]
+        argv = [runtime, "run", "--name", name, "--network", "host", "--pull", "never"]
         argv += ["--label", f"{containers.INSTANCE_LABEL}={marker}"]
         argv += ["--label", f"{containers.STATE_LABEL}={self.state_dir}"]
         if self.owner is not None:
@@ -588,20 +638,6 @@ class Whole:
     name: str
     marker: str
     hidden: Mapping[str, str]
-
-
-def _drop_unread_exits(runs: Path, records: Callable[[], Iterable[Record]]) -> int:
-    """Remove the exit files (``run/<container>.rc``) of engines no record names any
-    more (a `run` that ended after its record's teardown had looked); how many. One
-    written is of a `run` that ended: no start in flight is waiting for it."""
-    listed = sorted(runs.glob("reconcile-*.rc"))
-    if not listed:
-        return 0
-    nonces = {r.nonce for r in records()}
-    dropped = [f for f in listed if f.stem.rpartition("-")[2] not in nonces]
-    for path in dropped:
-        _unlink(path)
-    return len(dropped)
 
 
 def _pulled_first(job: PullJob, pulling: str, cannot: Callable[[str], str]) -> Held | None:
@@ -885,6 +921,18 @@ def _read(path: Path) -> str:
 def _waited(rc_file: Path) -> list[str]:
     """The shell that runs the `run` after it and writes its exit status to ``rc_file``."""
     return ["/bin/sh", "-c", WAIT_EXIT, "sh", str(rc_file)]
+
+
+def _remove_named(runtime: Runtime, name: str) -> bool:
+    """Remove this start's container (its name is its nonce's), whatever its state:
+    whether none is left (False: the runtime did not answer; said in the log)."""
+    try:
+        runtime.remove(name, 0)
+    except ContainerError as exc:
+        log.warning("container not removed: a later pass removes it", container=name,
+                    reason=str(exc))  # fmt: skip
+        return False
+    return True
 
 
 def _unlink(path: Path) -> None:

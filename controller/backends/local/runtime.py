@@ -162,8 +162,8 @@ class LocalBackend:
 
     def exit_of(self, ref: ProcessRef) -> ExitStatus | None:
         """The exit status, known for engines this process spawned and for containers (a
-        container's: its `run`'s, which ends just after its engine, once the runtime has
-        removed it; a `run` this process did not start says it in its exit file)."""
+        container's: its `run`'s, which ends just after its engine; a `run` this process
+        did not start says it in its exit file; the runtime says the rest)."""
         self._reap(ref.pid)
         client = self._clients.get(ref.pid)
         if ref.pid not in self.exits and client is not None:
@@ -173,20 +173,47 @@ class LocalBackend:
         elif ref.pid not in self.exits and ref in self._exit_files:
             self._exited_container(ref, _exit_written(self._exit_files[ref], EXIT_FILE_WAIT))
         container = self._containers.get(ref)
-        if ref.pid not in self.exits and container is not None and ref not in self._asked:
+        if container is not None and ref not in self._asked:
             self._asked.add(ref)  # once: the daemon's exit watch and its next pass both ask
-            self._ended_by_runtime(ref, container)
+            self._ended_by_runtime(ref, container, self.exits.get(ref.pid))
         return self.exits.get(ref.pid)
 
-    def _ended_by_runtime(self, ref: ProcessRef, container: ContainerRef) -> None:
-        """A container engine whose `run` said no code: killed, or its stream lost (docker's
-        daemon killed and restarted under it, 125), its container ended later. The runtime's
-        events say how (`--rm` removed the container, and its State.ExitCode with it)."""
+    def _ended_by_runtime(
+        self, ref: ProcessRef, container: ContainerRef, said: ExitStatus | None
+    ) -> None:
+        """What the runtime keeps of a container engine's end (its State, until the
+        container is removed: kubelet's last state). Where its `run` said no code (killed,
+        or its stream lost: docker's daemon killed under it, 125), the code, waited for
+        while it still runs; where it said one that is not 0, whether the OOM killer ended
+        it (`run` says 137 alone)."""
         from controller.host.containers import Runtime
 
-        code = Runtime(container.runtime).exit_code(container.id, ref.start_time)
-        if code is not None:
-            self.exits[ref.pid] = ExitStatus(code, None)
+        runtime = Runtime(container.runtime)
+        if said is None:
+            ended = runtime.exit_code(container.id, ref.start_time)
+        elif said.code:
+            ended = runtime.ended(container.id)
+        else:
+            return
+        if ended is not None:
+            code = ended.code if said is None else said.code
+            self.exits[ref.pid] = ExitStatus(code, None, oom_killed=ended.oom_killed)
+
+    def late_exit(self, rec: Record) -> ExitStatus | None:
+        """A dead container engine's exit from its container's State, where its exit file
+        is still there (its teardown could not remove the container: the runtime did not
+        answer); the container then removed. A stat alone for every other record."""
+        if rec.container is None or rec.nonce is None or rec.ref is None:
+            return None
+        if not self._exit_file(rec).exists() or self.alive(rec.ref):
+            return None
+        from controller.host.containers import Runtime
+
+        ended = Runtime(rec.container.runtime).ended(rec.container.id)
+        if ended is None:
+            return None
+        self._remove_container(rec, rec.container)
+        return ExitStatus(ended.code, None, oom_killed=ended.oom_killed)
 
     def _exited_container(self, ref: ProcessRef, code: int | None) -> None:
         from controller.backends.local.container import RUNTIME_CODES
@@ -586,25 +613,32 @@ class LocalBackend:
             log.warning("gpu memory still held", deployment=rec.name, devices=list(rec.devices))
 
     def _remove_container(self, rec: Record, container: ContainerRef) -> None:
-        """The runtime's stop and rm. An engine already dead (its container's main process
-        gone) is not running whatever the runtime says: one that does not answer (docker's
-        daemon down) is no reason to stop the pass, which every other deployment of the
-        node waits on; `--rm` has the runtime remove the container once it answers."""
+        """The runtime's stop and rm: no container is run with `--rm`, so an ended one
+        keeps its exit code for the pass to read (``exit_of``) until this. An engine
+        already dead (its container's main process gone) is not running whatever the
+        runtime says: one that does not answer (docker's daemon down) is no reason to stop
+        the pass, which every other deployment of the node waits on; its exit file is then
+        kept, and a pass removes the container once no record names it and the runtime
+        answers (``Wrapper.drop_unused_env_files``)."""
         from controller.host.containers import Runtime
 
         running = rec.ref is not None and self.alive(rec.ref)
+        removed = True
         try:
             Runtime(container.runtime).remove(container.id, rec.grace_seconds)
         except ContainerError as exc:
             if rec.ref is not None and self.alive(rec.ref):
                 raise  # a running engine: stopping it needs the runtime
-            log.warning("container of a dead engine not removed", deployment=rec.name,
-                        container=container.id[:12], reason=str(exc))  # fmt: skip
+            removed = False
+            log.warning("container of a dead engine not removed: a later pass removes it",
+                        deployment=rec.name, container=container.id[:12],
+                        reason=str(exc))  # fmt: skip
         if rec.nonce is not None:  # its `run` says how it ended, as it ends: read by no one
             exit_file = self._exit_file(rec)
             if running:  # it ends just after its container's removal
                 _exit_written(exit_file, EXIT_FILE_WAIT)
-            exit_file.unlink(missing_ok=True)
+            if removed:
+                exit_file.unlink(missing_ok=True)
 
     def listening_ports(self) -> frozenset[int]:
         return ports.listening_ports()

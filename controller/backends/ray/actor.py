@@ -14,8 +14,9 @@ A ``spec.container`` engine is run by the same wrapper the local backend uses (w
 runs and how it is wrapped stay separate choices): host networking on the port found
 here, the marker in its environment, the labels, the log. Its main process is not our
 child (the runtime's), so it cannot die with the actor: the driver asks the actor to stop
-it before killing the actor, and a new actor's sweep kills a leftover's main process
-(``--rm`` then removes the container).
+it before killing the actor, and a new actor's sweep kills a leftover's main process.
+No container is run with ``--rm`` (its exit code stays readable until it is removed):
+the actor removes an ended engine's container itself before it restarts it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 import ray
 
 from controller.backends.base import StartRequest, engine_env
+from controller.backends.local.container import container_name, exit_file, runtime_in
 from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
 from controller.backends.ray.naming import device_key
 from controller.core.devices.inventory import Device
@@ -48,6 +50,7 @@ from controller.errors import ContainerError, SpawnError
 from controller.host.containers import Runtime
 from controller.host.ports import listening_ports, port_bindable
 from controller.host.procscan import EnvironScan
+from controller.logsetup import get_logger
 from controller.redact import redact_args
 from controller.store.instances import logfiles
 
@@ -57,6 +60,8 @@ POLL = 0.1
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 PR_SET_PDEATHSIG = 1
 MISSING_MODEL = "the model files"  # how a status says the node lacks them (the driver forgets it)
+log = get_logger("reconcile")
+
 PULLING_IMAGE = "pulling image"  # how the container wrapper says its image is on its way
 
 
@@ -176,6 +181,7 @@ class EngineHost:
                 code, sig = self._wait(ref)
                 if self.stopping.is_set():
                     return
+                self._remove_ended()
                 if not restarts_after(self.job.entry.deployment.spec.restart_policy, code):
                     with self.lock:
                         self.ref, self.container, self.ended = None, None, (code, sig)
@@ -193,6 +199,19 @@ class EngineHost:
                 self.message = f"engine {what}; the actor restarts it in {delay:g}s"
             if self.stopping.wait(delay):
                 return
+
+    def _remove_ended(self) -> None:
+        """The ended engine's container, removed (its code is read): none is left behind
+        by a restart or an engine not restarted (a runtime that does not answer: said)."""
+        with self.lock:
+            container = self.container
+        if container is None:
+            return
+        try:
+            Runtime(container.runtime).remove(container.id, 0)
+        except ContainerError as exc:
+            log.warning("ended engine's container not removed", container=container.id[:12],
+                        reason=str(exc))  # fmt: skip
 
     def _spawn(self) -> ProcessRef | None:
         entry = _bind_all(self.job.entry)
@@ -341,4 +360,21 @@ def sweep_leftovers(state: str, name: str) -> int:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
+            _remove_leftover(state, name, parts[2])
     return killed
+
+
+def _remove_leftover(state: str, name: str, nonce: str) -> None:
+    """The container of an earlier actor's engine (``nonce``), once its main process is
+    killed: no `--rm` removes it. Only one its `run`'s exit file in this node's folder
+    names (a container engine of ours); its runtime is the one the file names."""
+    rc_file = exit_file(state, name, nonce)
+    runtime = runtime_in(rc_file)
+    if runtime is None:
+        return
+    try:
+        Runtime(runtime).remove(container_name(name, nonce), 0)
+    except ContainerError as exc:
+        log.warning("leftover engine's container not removed", instance=name, reason=str(exc))
+        return
+    rc_file.unlink(missing_ok=True)

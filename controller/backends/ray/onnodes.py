@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from controller.backends.base import CommandLine, StartRequest
+from controller.backends.base import CommandLine, ExitStatus, StartRequest
 from controller.core.manifest import backendnames
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Record
@@ -29,6 +29,9 @@ class OnTheirNodes:
 
     def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
         return 0  # an actor starts its container on its own node, out of the driver's reach
+
+    def late_exit(self, rec: Record) -> ExitStatus | None:
+        return None  # an actor reads its engine's exit on its node, as it ends
 
     def prove_ours(self, rec: Record) -> None:
         return None  # an actor's engine is its own unreaped child: ours by construction
