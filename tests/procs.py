@@ -111,6 +111,21 @@ def kill_marked(prefix: str, timeout: float = 10.0, marker: str = MARKER) -> dic
     return found
 
 
+def kill_cgroups(state: Path, timeout: float = 30.0) -> None:
+    """Kill every process in the engine cgroups of the state dir at ``state`` (one that
+    left its engine's session and dropped the marker, which ``kill_marked`` misses) and
+    remove them: a test killed before its `down` leaves none behind."""
+    from controller.host import cgroups
+    from controller.store.config import stateid
+
+    at, known = cgroups.parent(), stateid.peek(state) if state.is_dir() else None
+    if at is None or known is None:
+        return
+    for cg in at.glob(f"{cgroups.PREFIX}{known}-*"):
+        cgroups.kill(cg, time.monotonic() + timeout)
+        cgroups.remove(cg)
+
+
 def wait_gone(pid: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while alive(pid):

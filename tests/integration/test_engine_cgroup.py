@@ -11,13 +11,12 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import alive, environ, wait_for, wait_gone
+from procs import alive, environ, kill_cgroups, wait_for, wait_gone
 
 from controller.core.state import ProcessRef
 from controller.host import cgroups
@@ -68,16 +67,7 @@ def escapee(reconcile: Any) -> Iterator[Path]:
         with contextlib.suppress(OSError):  # gone meanwhile
             if process_alive(ref) and Path(f"/proc/{ref.pid}/cmdline").read_bytes() == SLEEP:
                 os.kill(ref.pid, signal.SIGKILL)
-    _kill_cgroups(stateid.peek(reconcile.state))
-
-
-def _kill_cgroups(state_id: str | None) -> None:
-    at = cgroups.parent()
-    if state_id is None or at is None:
-        return
-    for cg in at.glob(f"{cgroups.PREFIX}{state_id}-*"):
-        cgroups.kill(cg, time.monotonic() + 30)
-        cgroups.remove(cg)
+    kill_cgroups(reconcile.state)
 
 
 def escaped(pidfile: Path) -> int:
