@@ -96,8 +96,12 @@ def cmdline(pid: int) -> str:
 
 
 def kill_marked(prefix: str, timeout: float = 10.0, marker: str = MARKER) -> dict[int, str]:
-    """SIGKILL every process marked ``prefix`` until none is left; returns what was found."""
+    """SIGKILL every process marked ``prefix`` until none is left; returns what was found.
+    The engine cgroups they were in go too (what is left in them, then the folder)."""
+    from controller.host import cgroups
+
     found: dict[int, str] = {}
+    engine_cgroups: set[Path] = set()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pids = marked_pids(prefix, marker)
@@ -105,9 +109,15 @@ def kill_marked(prefix: str, timeout: float = 10.0, marker: str = MARKER) -> dic
             break
         for pid in pids:
             found.setdefault(pid, cmdline(pid))
+            cg = cgroups.of_pid(pid)
+            if cg is not None and cg.name.startswith(cgroups.PREFIX):
+                engine_cgroups.add(cg)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
+    for cg in engine_cgroups:
+        cgroups.kill(cg, time.monotonic() + timeout)
+        cgroups.remove(cg)
     return found
 
 
