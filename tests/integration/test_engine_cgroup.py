@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,11 @@ def escapee(reconcile: Any) -> Iterator[Path]:
     for ref in found:
         with contextlib.suppress(OSError):  # gone meanwhile
             if process_alive(ref) and Path(f"/proc/{ref.pid}/cmdline").read_bytes() == SLEEP:
+                cg = cgroups.of_pid(ref.pid)  # another state dir's, where the test replaced it
                 os.kill(ref.pid, signal.SIGKILL)
+                if cg is not None and cg.name.startswith(cgroups.PREFIX):
+                    cgroups.kill(cg, time.monotonic() + 30)
+                    cgroups.remove(cg)
     kill_cgroups(reconcile.state)
 
 
@@ -126,3 +131,22 @@ def test_an_engine_that_crashed_leaves_no_child_that_escaped_it(
     wait_gone(pid, timeout=30)
     assert engine_cgroups(reconcile) == []
     reconcile.down()
+
+
+def test_down_on_a_replaced_state_dir_stops_the_escaped_child_its_note_named(
+    reconcile: Any, escapee: Path
+) -> None:
+    """The state dir replaced (its disk unmounted, the note gone with it): `down` reaps the
+    engine of the other state dir at this path by its marker, and the cgroup it reads from
+    that engine (named with the id the engine carries) before the kill."""
+    reconcile.write("esc", command=[sys.executable, "-c", ESCAPES, "{port}", str(escapee),
+                                    "serve"], stopGracePeriodSeconds=2)  # fmt: skip
+    reconcile.converge()
+    pid = escaped(escapee)
+    (cg,) = engine_cgroups(reconcile)
+    reconcile.state.rename(reconcile.tmp / "unmounted")
+    reconcile.state.mkdir()
+    down = reconcile.down()
+    assert "stopped esc" in down.out, str(down)
+    wait_gone(pid, timeout=30)
+    assert not cg.exists()

@@ -145,6 +145,9 @@ class LocalBackend:
         # ended where its `run` said no code: the exit a pass judges, and only that one.
         self._containers: dict[ProcessRef, ContainerRef] = {}
         self._asked: set[ProcessRef] = set()
+        # Engine cgroups read from a process about to be killed, by nonce: its sweep
+        # empties them where no note names them (``_learn_cgroup``).
+        self._learned: dict[str, Path] = {}
 
     @functools.cached_property
     def containers(self) -> Wrapper:
@@ -480,6 +483,7 @@ class LocalBackend:
         nothing signalled, for a live leader whose marker this user may not read."""
         deadline = time.monotonic() + grace
         if ref is not None and self.alive(ref):
+            self._learn_cgroup(ref.pid)
             self._signal_all(ref, sig, nonce)
             # A stopped (SIGSTOP'd, hung in a debugger) engine cannot act on its stop
             # signal until it runs again: continue it, as systemd does after the kill
@@ -556,13 +560,38 @@ class LocalBackend:
                 break
             for m in left:
                 if self.alive(m.ref):
+                    self._learn_cgroup(m.ref.pid)
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(m.ref.pid, signal.SIGKILL)
                         killed.append(m.ref)
             time.sleep(POLL)
         self._wait_exited(killed, deadline)
+        self._empty_learned(nonce)
         self._drop_dead_notes()
         return len(killed) - (ref is not None)
+
+    def _learn_cgroup(self, pid: int) -> None:
+        """Before a kill: the engine cgroup ``pid`` is in, where its marker names the state
+        dir and the run the cgroup's name says. A teardown whose note is gone (the engine
+        of another state dir at this path, reaped; a state dir restored from a backup)
+        still reaches what the engine left in it."""
+        environ = procscan.environ(pid)
+        prefix = f"{MARKER}={self.node}/".encode()
+        marked = None if environ is None else _parse(pid, environ, prefix)
+        found = None if marked is None else cgroups.of_pid(pid)
+        if marked is not None and found is not None:
+            cg = cgroups.ours(str(found), marked.state_id, marked.nonce)
+            if cg is not None:
+                self._learned[marked.nonce] = cg
+
+    def _empty_learned(self, nonce: str) -> None:
+        cg = self._learned.pop(nonce, None)
+        if cg is None:
+            return
+        if cgroups.kill(cg, time.monotonic() + SWEEP_TIMEOUT):
+            cgroups.remove(cg)
+        else:
+            log.warning("engine cgroup not emptied", cgroup=str(cg), left=cgroups.members(cg))
 
     def _drop_dead_notes(self) -> None:
         """Remove the spawn notes whose process is gone (its own, and any an earlier crash
@@ -615,7 +644,9 @@ class LocalBackend:
             self._may_signal(rec.ref, rec.nonce)
 
     def kill(self, ref: ProcessRef) -> None:
+        """SIGKILL a process a scan found by its marker (a reap: its sweep follows)."""
         if self.alive(ref):
+            self._learn_cgroup(ref.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(ref.pid, signal.SIGKILL)
             child = self._children.get(ref.pid)
