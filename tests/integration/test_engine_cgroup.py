@@ -81,10 +81,10 @@ def escaped(pidfile: Path) -> int:
     def ready() -> int | None:
         try:
             pid = int(pidfile.read_text())
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            done = Path(f"/proc/{pid}/cmdline").read_bytes() == SLEEP and not environ(pid)
         except (OSError, ValueError):
             return None
-        return pid if cmd == SLEEP and not environ(pid) else None
+        return pid if done else None
 
     pid: int = wait_for(ready, timeout=60, what="the escaped child to exec sleep")
     return pid
@@ -120,7 +120,7 @@ def test_an_engine_that_crashed_leaves_no_child_that_escaped_it(
 ) -> None:
     reconcile.write("esc", command=[sys.executable, "-c", ESCAPES, "{port}", str(escapee),
                                     "crash"], restartPolicy="Never")  # fmt: skip
-    reconcile.once()
+    reconcile.once(check=None)  # its pass may see the crash already
     pid = escaped(escapee)
 
     def failed() -> bool:
@@ -150,3 +150,38 @@ def test_down_on_a_replaced_state_dir_stops_the_escaped_child_its_note_named(
     assert "stopped esc" in down.out, str(down)
     wait_gone(pid, timeout=30)
     assert not cg.exists()
+
+
+def test_engines_outlive_the_daemon_and_the_next_one_stops_the_escaped_child(
+    reconcile: Any, escapee: Path
+) -> None:
+    """The cgroup changes nothing of what outlives the daemon: a daemon stopped leaves the
+    engine and its escaped child running; the next daemon, which never spawned it, stops
+    both when the manifest goes (its deferred stop: the signal, then the teardown)."""
+    reconcile.write("keeper")  # an emptied folder prunes nothing (invariant 5)
+    reconcile.write("esc", command=[sys.executable, "-c", ESCAPES, "{port}", str(escapee),
+                                    "serve"], stopGracePeriodSeconds=2)  # fmt: skip
+    first = _daemon(reconcile, "first")
+    pid = escaped(escapee)
+    engine = wait_for(lambda: _ready(reconcile, "esc"), timeout=60, what="esc Ready")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=120) == 0
+    assert alive(engine) and alive(pid), "an engine outlives its daemon, whole"
+    second = _daemon(reconcile, "second")
+    (reconcile.manifests / "esc.yaml").unlink()
+    wait_gone(pid, timeout=60)
+    wait_gone(engine, timeout=60)
+    wait_for(lambda: reconcile.record("esc") is None, timeout=60, what="esc's record dropped")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=120) == 0
+    reconcile.down()
+
+
+def _daemon(reconcile: Any, name: str) -> Any:
+    with open(reconcile.tmp / f"daemon-{name}.log", "wb") as err:
+        return reconcile.daemon("-v", "--resync", "1h", stderr=err)
+
+
+def _ready(reconcile: Any, name: str) -> int | None:
+    item = reconcile.status().get(name)
+    return item["pid"] if item is not None and item["phase"] == "Ready" else None
