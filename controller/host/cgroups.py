@@ -46,8 +46,8 @@ def name(state_id: str, instance: str, nonce: str) -> str:
 
 def ours(path: str | None, state_id: str | None, nonce: str | None) -> Path | None:
     """``path`` if it is a cgroup this state dir made for run ``nonce``: a cgroup v2
-    folder named as ``name`` names it. A record read from disk is no proof alone: the
-    name is what only our spawn gives, so a forged path never reaches another's cgroup."""
+    folder named as ``name`` names it. A spawn note read from disk is no proof alone:
+    the name is what only our spawn gives, so a forged path reaches no other cgroup."""
     mount = _mount()
     if path is None or state_id is None or nonce is None or mount is None:
         return None
