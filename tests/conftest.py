@@ -48,6 +48,7 @@ from procs import (
     environ,
     free_ports,
     held_ports,
+    kill_cgroups,
     kill_marked,
     listen,
     marked_pids,
@@ -401,6 +402,7 @@ class Reconcile:
         # A daemon's gateway process outlives it by design (tests/gateway checks they end).
         kill_marked(f"{self.node}/", marker=GATEWAY_MARKER)
         leftovers = kill_marked(f"{self.node}/")
+        kill_cgroups(self.state)  # an engine's escaped child; an empty engine cgroup
         for proc in self._helpers:
             # Its group, so what it forked goes too; only while it is unreaped, so its pid
             # (the group's id) cannot name another process (pid_max can be 32768).

@@ -96,8 +96,12 @@ def cmdline(pid: int) -> str:
 
 
 def kill_marked(prefix: str, timeout: float = 10.0, marker: str = MARKER) -> dict[int, str]:
-    """SIGKILL every process marked ``prefix`` until none is left; returns what was found."""
+    """SIGKILL every process marked ``prefix`` until none is left; returns what was found.
+    The engine cgroups they were in go too (what is left in them, then the folder)."""
+    from controller.host import cgroups
+
     found: dict[int, str] = {}
+    engine_cgroups: set[Path] = set()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pids = marked_pids(prefix, marker)
@@ -105,10 +109,31 @@ def kill_marked(prefix: str, timeout: float = 10.0, marker: str = MARKER) -> dic
             break
         for pid in pids:
             found.setdefault(pid, cmdline(pid))
+            cg = cgroups.of_pid(pid)
+            if cg is not None and cg.name.startswith(cgroups.PREFIX):
+                engine_cgroups.add(cg)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
+    for cg in engine_cgroups:
+        cgroups.kill(cg, time.monotonic() + timeout)
+        cgroups.remove(cg)
     return found
+
+
+def kill_cgroups(state: Path, timeout: float = 30.0) -> None:
+    """Kill every process in the engine cgroups of the state dir at ``state`` (one that
+    left its engine's session and dropped the marker, which ``kill_marked`` misses) and
+    remove them: a test killed before its `down` leaves none behind."""
+    from controller.host import cgroups
+    from controller.store.config import stateid
+
+    at, known = cgroups.parent(), stateid.peek(state) if state.is_dir() else None
+    if at is None or known is None:
+        return
+    for cg in at.glob(f"{cgroups.PREFIX}{known}-*"):
+        cgroups.kill(cg, time.monotonic() + timeout)
+        cgroups.remove(cg)
 
 
 def wait_gone(pid: int, timeout: float = 10.0) -> None:

@@ -12,6 +12,11 @@ raises NotProvenOurs and the caller keeps the record (invariant 3: no engine sur
 without one; and only a process proven ours is signalled). Such an engine is found by
 its spawn note (``store/instances/spawnnotes.py``) where its marker cannot be read: a
 pass that lost its record adopts it; no note makes it ours to signal, so a sweep skips it.
+
+Where this process may make cgroups (``host/cgroups.py``), each engine runs in its own,
+named in its spawn note: the stop signal goes to its members too, and once the engine
+has ended its teardown kills every member left (a child that left the group and
+dropped the marker) and removes the cgroup, before the note goes.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from controller.core.state import (
     Record,
 )
 from controller.errors import ContainerError, NotProvenOurs, SpawnError
-from controller.host import ports, procpsutil, procscan, procstat
+from controller.host import cgroups, ports, procpsutil, procscan, procstat
 from controller.host.devices import wait_gpu_release
 from controller.host.procs import identity, live_identity, process_alive, ref_of
 from controller.host.procscan import EnvironScan
@@ -79,6 +84,9 @@ MARKERS = (MARKER, STATE_MARKER, STATE_ID_MARKER, OWNER_MARKER)
 NOTED = (*MARKERS, "PORT", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 SWEEP_TIMEOUT = 5.0
 POLL = 0.01
+# Seconds an empty engine cgroup no note names is left alone: one a spawn beside this
+# pass made and has not yet moved its engine into (then noted) is not a leftover.
+CGROUP_SETTLE = 60.0
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
 CLIENT_GRACE = 2.0  # seconds a dead container engine's `run` may take to remove it and end
 # Seconds a pass waits for the status in the exit file of a dead container engine's
@@ -138,6 +146,9 @@ class LocalBackend:
         # ended where its `run` said no code: the exit a pass judges, and only that one.
         self._containers: dict[ProcessRef, ContainerRef] = {}
         self._asked: set[ProcessRef] = set()
+        # Engine cgroups read from a process about to be killed, by nonce: its sweep
+        # empties them where no note names them (``_learn_cgroup``).
+        self._learned: dict[str, Path] = {}
 
     @functools.cached_property
     def containers(self) -> Wrapper:
@@ -391,15 +402,18 @@ class LocalBackend:
         if self.owner is not None:
             full_env[OWNER_MARKER] = self.owner
         noted = {k: full_env[k] for k in NOTED if k in full_env}
+        cg = self._new_cgroup(name, nonce)
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             # argv only, never a shell (invariant 10); a new session = a new group.
             child = execgate.spawn(
                 list(argv), full_env, gate_env=_gate_env(), log_fd=log_fd, preexec=preexec,
-                before_exec=lambda pid: self._note(nonce, pid, noted),
+                before_exec=lambda pid: self._note(nonce, pid, noted, self._joined(cg, pid)),
             )  # fmt: skip
         except OSError as exc:
             self.notes.forget(nonce)  # its process never became the engine
+            if cg is not None:
+                cgroups.remove(cg)  # the gate has ended: nothing is left in it
             raise SpawnError(f"cannot exec {argv[0]!r}: {exc.strerror or exc}") from exc
         finally:
             os.close(log_fd)
@@ -409,7 +423,23 @@ class LocalBackend:
             return ProcessRef(pid=child.pid, start_time=time.time())
         return ref
 
-    def _note(self, nonce: str, pid: int, env: Mapping[str, str]) -> None:
+    def _new_cgroup(self, name: str, nonce: str) -> Path | None:
+        """The engine's own cgroup, made where this process may (None: it runs in none,
+        as before: a state dir with no id yet, cgroup v1, not root, systemd's own tree)."""
+        known, at = self.state_id(), cgroups.parent()
+        if known is None or at is None:
+            return None
+        return cgroups.create(at, cgroups.name(known, name, nonce))
+
+    def _joined(self, cg: Path | None, pid: int) -> Path | None:
+        """``cg`` once the gate ``pid`` is in it (before its exec: every process the
+        engine makes is born inside); None, the cgroup removed, where it cannot join."""
+        if cg is None or cgroups.join(cg, pid):
+            return cg
+        cgroups.remove(cg)
+        return None
+
+    def _note(self, nonce: str, pid: int, env: Mapping[str, str], cg: Path | None) -> None:
         """The engine's spawn note, written before its exec: ``pid`` is the gate's, and an
         exec keeps both the pid and the start time. A note that cannot be written is said,
         not fatal: the engine runs, and its marker is what finds it wherever its environment
@@ -419,7 +449,7 @@ class LocalBackend:
             return  # the gate is gone (killed): no engine will run
         try:
             failpoints.hit("runtime.spawn.before_note")
-            self.notes.write(SpawnNote(nonce, ref, env))
+            self.notes.write(SpawnNote(nonce, ref, env, None if cg is None else str(cg)))
         except (OSError, ValueError) as exc:  # ValueError: a nonce no file may be named by
             log.warning("spawn note not written", pid=pid, reason=str(exc))
 
@@ -494,11 +524,12 @@ class LocalBackend:
         nothing signalled, for a live leader whose marker this user may not read."""
         deadline = time.monotonic() + grace
         if ref is not None and self.alive(ref):
-            self._signal_group(ref, sig, nonce=nonce)
+            self._learn_cgroup(ref.pid)
+            self._signal_all(ref, sig, nonce)
             # A stopped (SIGSTOP'd, hung in a debugger) engine cannot act on its stop
             # signal until it runs again: continue it, as systemd does after the kill
             # signal, so it gets its grace period to exit instead of waiting it out.
-            self._signal_group(ref, signal.SIGCONT, nonce=nonce)
+            self._signal_all(ref, signal.SIGCONT, nonce)
             failpoints.hit("runtime.stop.after_signal")
             while self._instance_alive(ref, nonce) and time.monotonic() < deadline:
                 time.sleep(POLL)
@@ -517,9 +548,24 @@ class LocalBackend:
         assert rec.ref is not None  # alive
         if rec.container is not None:
             return self._signal_container(rec.container, rec.stop_signal)
-        self._signal_group(rec.ref, rec.stop_signal, nonce=rec.nonce)
-        self._signal_group(rec.ref, signal.SIGCONT, nonce=rec.nonce)  # as ``stop`` does
+        self._signal_all(rec.ref, rec.stop_signal, rec.nonce)
+        self._signal_all(rec.ref, signal.SIGCONT, rec.nonce)  # as ``stop`` does
         return True
+
+    def _signal_all(self, ref: ProcessRef, sig: int, nonce: str | None) -> None:
+        """``sig`` to the engine's group (NotProvenOurs first, as ever), then to every
+        member of its cgroup: a child that left the group gets its grace period too."""
+        self._signal_group(ref, sig, nonce=nonce)
+        cg = self._cgroup_of(nonce)
+        if cg is not None:  # the kernel lists only processes inside our cgroup: ours
+            cgroups.signal_all(cg, sig)
+
+    def _cgroup_of(self, nonce: str | None) -> Path | None:
+        """The cgroup ``nonce``'s spawn note names, if it is one of ours for that run."""
+        if nonce is None:
+            return None
+        note = next((n for n in self.notes.read_all() if n.nonce == nonce), None)
+        return None if note is None else cgroups.ours(note.cgroup, self.state_id(), nonce)
 
     def _signal_container(self, container: ContainerRef, sig: int) -> bool:
         """A container engine's stop signal, sent by its runtime (the container's PID 1
@@ -555,21 +601,70 @@ class LocalBackend:
                 break
             for m in left:
                 if self.alive(m.ref):
+                    self._learn_cgroup(m.ref.pid)
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(m.ref.pid, signal.SIGKILL)
                         killed.append(m.ref)
             time.sleep(POLL)
         self._wait_exited(killed, deadline)
+        self._empty_learned(nonce)
         self._drop_dead_notes()
         return len(killed) - (ref is not None)
+
+    def _learn_cgroup(self, pid: int) -> None:
+        """Before a kill: the engine cgroup ``pid`` is in, where its marker names the state
+        dir and the run the cgroup's name says. A teardown whose note is gone (the engine
+        of another state dir at this path, reaped; a state dir restored from a backup)
+        still reaches what the engine left in it."""
+        environ = procscan.environ(pid)
+        prefix = f"{MARKER}={self.node}/".encode()
+        marked = None if environ is None else _parse(pid, environ, prefix)
+        found = None if marked is None else cgroups.of_pid(pid)
+        if marked is not None and found is not None:
+            cg = cgroups.ours(str(found), marked.state_id, marked.nonce)
+            if cg is not None:
+                self._learned[marked.nonce] = cg
+
+    def _empty_learned(self, nonce: str) -> None:
+        cg = self._learned.pop(nonce, None)
+        if cg is None:
+            return
+        if cgroups.kill(cg, time.monotonic() + SWEEP_TIMEOUT):
+            cgroups.remove(cg)
+        else:
+            log.warning("engine cgroup not emptied", cgroup=str(cg), left=cgroups.members(cg))
 
     def _drop_dead_notes(self) -> None:
         """Remove the spawn notes whose process is gone (its own, and any an earlier crash
         left): that identity never runs again. A teardown's work, as a writer's: the read
-        verbs' scans change nothing."""
-        for note in self.notes.read_all():
-            if not process_alive(note.ref):
+        verbs' scans change nothing. The engine's cgroup goes first, with every process
+        still in it (one that left the group and dropped the marker): a note whose cgroup
+        would not empty stays, so the next teardown tries again."""
+        here = self.state_id()
+        notes = self.notes.read_all()
+        for note in notes:
+            if not process_alive(note.ref) and self._cgroup_emptied(note, here):
                 self.notes.forget(note.nonce)
+        self._drop_empty_cgroups(here, {n.nonce for n in notes})
+
+    def _cgroup_emptied(self, note: SpawnNote, here: str | None) -> bool:
+        cg = cgroups.ours(note.cgroup, here, note.nonce)
+        if cg is None:
+            return True  # none, or gone: nothing of the engine is left there
+        if not cgroups.kill(cg, time.monotonic() + SWEEP_TIMEOUT):
+            log.warning("engine cgroup not emptied", cgroup=str(cg), left=cgroups.members(cg))
+            return False
+        cgroups.remove(cg)
+        return True
+
+    def _drop_empty_cgroups(self, here: str | None, noted: set[str]) -> None:
+        """Remove this state dir's empty engine cgroups no note names, made where this
+        process makes them: a spawn whose pass was killed before it noted its engine."""
+        at = cgroups.parent()
+        if here is None or at is None:
+            return
+        for cg in cgroups.leftovers(at, here, noted, CGROUP_SETTLE):
+            cgroups.remove(cg)
 
     def _wait_exited(self, refs: Iterable[ProcessRef], deadline: float) -> None:
         """Until each of ``refs`` has exited (gone, or a zombie). A scan no longer sees a
@@ -590,7 +685,9 @@ class LocalBackend:
             self._may_signal(rec.ref, rec.nonce)
 
     def kill(self, ref: ProcessRef) -> None:
+        """SIGKILL a process a scan found by its marker (a reap: its sweep follows)."""
         if self.alive(ref):
+            self._learn_cgroup(ref.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(ref.pid, signal.SIGKILL)
             child = self._children.get(ref.pid)
@@ -606,6 +703,8 @@ class LocalBackend:
         pids = {m.ref.pid for m in self.scan() if m.nonce == rec.nonce} if uuids else set()
         if rec.ref is not None:
             pids.add(rec.ref.pid)
+        cg = self._cgroup_of(rec.nonce) if uuids else None
+        pids.update(cgroups.members(cg) if cg is not None else ())
         if rec.container is not None:  # the runtime's stop (grace, then kill), then rm
             self._remove_container(rec, rec.container)
         self.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)

@@ -14,7 +14,12 @@ under the state dir, as a record is: it lets a pass adopt its engine, never sign
 
 A note whose process is gone is nothing (that identity never runs again): the next
 teardown removes it (a scan only reads). No secret is noted: only the variables named
-by the caller.
+by the caller. A note also names the engine's cgroup, where it has one
+(``host/cgroups.py``): a note lives from the spawn to the teardown after the engine's
+end, as long as the cgroup must be found (its escaped children killed, then removed).
+Kept here, not in the record: a record's reader refuses a field it does not know, so
+an older daemon running through an upgrade would quarantine the record; a note's
+reader reads the fields it knows.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class SpawnNote:
     nonce: str
     ref: ProcessRef
     env: Mapping[str, str]  # the variables the spawn noted, as it gave them
+    cgroup: str | None = None  # the engine's cgroup v2 folder (None: it runs in none)
 
     def environ(self) -> bytes:
         """``env`` spelled as ``/proc/<pid>/environ`` spells an environment."""
@@ -56,7 +62,8 @@ def _decode(data: Any, nonce: str) -> SpawnNote:
         start_ticks=_maybe(ref.get("start_ticks"), int),
         boot_id=_maybe(ref.get("boot_id"), str),
     )
-    return SpawnNote(nonce=nonce, ref=process, env=dict(env))
+    return SpawnNote(nonce=nonce, ref=process, env=dict(env),
+                     cgroup=_maybe(data.get("cgroup"), str))  # fmt: skip
 
 
 def _typed(value: Any, kind: type | tuple[type, ...]) -> Any:
@@ -76,6 +83,7 @@ def _encode(note: SpawnNote) -> dict[str, Any]:
         "ref": {"pid": ref.pid, "start_time": ref.start_time, "start_ticks": ref.start_ticks,
                 "boot_id": ref.boot_id},
         "env": dict(note.env),
+        **({"cgroup": note.cgroup} if note.cgroup is not None else {}),
     }  # fmt: skip
 
 
