@@ -202,7 +202,7 @@ def _judge_declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged
     if rec.phase is Phase.IDLE and rec.message == SCALED_TO_ZERO:
         return [Want(entry, f"scaled up to {ctx.desired.count(entry.name)}", rec.name)]
     if rec.phase is Phase.IDLE:
-        return [Want(entry, "requested through the gateway")]
+        return [Want(entry, "requested through the gateway", rec.name)]
     if rec.spec_hash != entry.hash:  # a rejected manifest's record states no spec to diff
         return _changed(ctx, view, entry, why=None if rec.stored_spec else VALID_AGAIN)
     if ctx.desired.restart_due(rec):
