@@ -1174,7 +1174,7 @@ def _no_port_handed_out_twice(scenario: Scenario, actions: list[Action]) -> None
 NOTES = (Update, MarkSpec, HoldChange, Probed)
 
 
-def _acts_on_each_instance_once(actions: list[Action]) -> None:
+def acts_on_each_instance_once(actions: list[Action]) -> None:
     """No two actions of a plan decide what becomes of one instance (a restart and a
     promotion, two starts of one name: each would have it serve its own way). Beside its
     one action go the notes above, and reaps of orphan processes carrying its name (other
@@ -1212,7 +1212,7 @@ def test_property_a_plan_never_double_books_nor_prunes_others_and_is_determinist
     _no_device_to_two_exclusive_holders(scenario, actions)
     _no_port_handed_out_twice(scenario, actions)
     _prunes_only_what_it_owns(scenario, actions)
-    _acts_on_each_instance_once(actions)
+    acts_on_each_instance_once(actions)
     again = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
     assert actions == again  # deterministic
 

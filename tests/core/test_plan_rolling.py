@@ -4,13 +4,22 @@ none; the old one serving on while the new one fails. Pure: no process, no file.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import NOW, desired, entry, inventory, observed, probe, record, ref, view
-from test_plan import DRAIN, HELD_ARGS, Case, exited, run, starting
+from test_plan import (
+    DRAIN,
+    HELD_ARGS,
+    Case,
+    acts_on_each_instance_once,
+    exited,
+    run,
+    starting,
+)
 
 from controller.core.actions import (
     AnyAction,
@@ -26,8 +35,9 @@ from controller.core.actions import (
     Start,
     Stop,
 )
+from controller.core.devicefaults import DeviceFault
 from controller.core.manifest.specs import is_dns1123, is_next, next_name
-from controller.core.state import Phase, Record, RecordView
+from controller.core.state import Drain, Phase, Record, RecordView
 
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}
 ROLL = {"strategy": "RollingUpdate", **GPU1}
@@ -463,13 +473,31 @@ ROLLS = {
 }
 
 
+def _sick(*keys: str) -> dict[str, Any]:
+    return {
+        "unhealthy": {k: DeviceFault(k, "Xid 79 (GPU has fallen off the bus)", NOW) for k in keys}
+    }
+
+
+# What else the node says: drained (evicting or not), the old one's device, the `@next`'s
+# or both Unhealthy (each a teardown of its own that a promotion must not meet).
+NODES = {
+    "calm": {},
+    "drained": {"drain": DRAIN},
+    "evicting": {"drain": Drain(until=NOW + timedelta(hours=1), evict=True)},
+    "old-sick": _sick("nvidia:0"),
+    "next-sick": _sick("nvidia:1"),
+    "both-sick": _sick("nvidia:0", "nvidia:1"),
+}
+
+
 def _roll(
-    old_state: str, old_version: str, next_state: str, newest: str
+    old_state: str, old_version: str, next_state: str, newest: str, node: str = "calm"
 ) -> tuple[list[RecordView], list[AnyAction]]:
     old_view = _old_view(old_state, old_version)
     views = [v for v in (old_view, _next_view(next_state)) if v is not None]
     want = desired(entry("a", args=[newest], **ROLL))
-    return views, run(Case(want, observed(*views), inv=TWO))
+    return views, run(Case(want, observed(*views, **NODES[node]), inv=TWO))
 
 
 @given(**ROLLS)
@@ -485,15 +513,17 @@ def test_property_a_roll_never_takes_its_last_ready_server_away(
     assert not serving or serving - taken, [a.describe() for a in actions]
 
 
-@given(**ROLLS)
+@given(**ROLLS, node=st.sampled_from(sorted(NODES)))
 def test_property_a_roll_never_starts_what_it_retires(
-    old_state: str, old_version: str, next_state: str, newest: str
+    old_state: str, old_version: str, next_state: str, newest: str, node: str
 ) -> None:
     """A promotion retires the old instance itself: no plan also restarts, replaces,
     fails or places it (two actions each meaning to become the serving instance, a model
-    loaded only to be stopped). Nor does a plan start or restart the old instance beside
-    a `@next` it leaves running: one roll loads the new spec once."""
-    _, actions = _roll(old_state, old_version, next_state, newest)
+    loaded only to be stopped), whatever the node says (a drain, an Unhealthy device).
+    Nor does a plan start or restart the old instance beside a `@next` it leaves running:
+    one roll loads the new spec once. And no instance gets two actions of its fate."""
+    _, actions = _roll(old_state, old_version, next_state, newest, node)
+    acts_on_each_instance_once(actions)
     said = [a.describe() for a in actions]
     promoted = {a.name for a in actions if isinstance(a, Promote)}
     assert not [a for a in actions if a.name in promoted and not isinstance(a, Promote)], said
