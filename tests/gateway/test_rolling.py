@@ -338,7 +338,9 @@ def test_an_old_engine_dead_mid_update_hands_over_to_next_and_starts_nothing(
     g = gateway()
     old_pid = g.wait_phase("roll", "Ready")["pid"]
     command = [sys.executable, "-c", GATED, str(loaded), *reconcile.demo_command(chunks="4")]
-    reconcile.write("roll", devices=GPU, strategy="RollingUpdate", command=command)
+    # Its deadline outlasts the handover at any load: a retried `@next` is another start.
+    probe = {"httpGet": {"path": "/health"}, "deadlineSeconds": 300, "periodSeconds": 0.2}
+    reconcile.write("roll", devices=GPU, strategy="RollingUpdate", command=command, readiness=probe)
     nxt_pid = g.wait_phase(next_name("roll"), "Starting")["pid"]
     nonces = {n: (reconcile.record(n) or {}).get("nonce") for n in ("roll", "roll@next")}
     os.kill(old_pid, signal.SIGKILL)
