@@ -42,6 +42,7 @@ from controller.core.actions import (
     MarkReady,
     MarkSpec,
     Preempt,
+    Probed,
     Reap,
     Reject,
     Release,
@@ -1167,6 +1168,22 @@ def _no_port_handed_out_twice(scenario: Scenario, actions: list[Action]) -> None
     assert not set(given_out) & scenario.observed.listening
 
 
+# Actions that rewrite a record's words or fields and change nothing that runs: one may
+# go beside the instance's own action (the tables: a held change's words cleared before
+# a recreate, facts restated beside a readiness, a spec marked valid again).
+NOTES = (Update, MarkSpec, HoldChange, Probed)
+
+
+def acts_on_each_instance_once(actions: list[Action]) -> None:
+    """No two actions of a plan decide what becomes of one instance (a restart and a
+    promotion, two starts of one name: each would have it serve its own way). Beside its
+    one action go the notes above, and reaps of orphan processes carrying its name (other
+    nonces: other engines)."""
+    counted = [a.name for a in actions if not isinstance(a, (Reap, *NOTES))]
+    twice = {n for n in counted if counted.count(n) > 1}
+    assert not twice, [a.describe() for a in actions if a.name in twice]
+
+
 def _prunes_only_what_it_owns(scenario: Scenario, actions: list[Action]) -> None:
     """Stop/Replace/Release touch only our records (or a reservation whose maker died),
     and with prune=False nothing undeclared is stopped (invariants 5 and 8)."""
@@ -1189,12 +1206,13 @@ def test_property_a_plan_never_double_books_nor_prunes_others_and_is_determinist
 ) -> None:
     """Every property of a random scenario's plan, on the same examples: drawing a
     scenario is nearly all of an example's cost (planning it, ~1/20), so one draw is
-    checked for all four rather than four tests each drawing their own 100. A failing
+    checked for all five rather than five tests each drawing their own 100. A failing
     assertion is still shrunk and reported on its own (each its own line)."""
     actions = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
     _no_device_to_two_exclusive_holders(scenario, actions)
     _no_port_handed_out_twice(scenario, actions)
     _prunes_only_what_it_owns(scenario, actions)
+    acts_on_each_instance_once(actions)
     again = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
     assert actions == again  # deterministic
 

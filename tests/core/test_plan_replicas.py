@@ -160,6 +160,17 @@ def test_a_deployment_scaled_to_zero_stays_idle() -> None:
     assert run(desired(web), observed(view(idle))) == []
 
 
+def test_an_idle_replica_record_is_placed_under_its_own_name() -> None:
+    """An Idle replica without the scale-to-zero words (no record this release writes: an
+    older one's, or one edited by hand) is placed as itself. It asked for the deployment's
+    own name, so a plan started replica 0, already running, a second time (found by
+    tests/core/test_plan.py's property that a plan acts on each instance once)."""
+    web = entry("web", replicas=2, **GPU1)
+    idle = view(record("web@1", spec=web, phase=Phase.IDLE, port=None, message="idle"))
+    seen = observed(ready("web", web, "nvidia:0", 8000), idle)
+    assert shape(run(desired(web), seen)) == [("Start", "web@1")]
+
+
 def test_scaling_up_from_zero_starts_every_replica() -> None:
     web = entry("web", replicas=2, **GPU1)
     idle = record(

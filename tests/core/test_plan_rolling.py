@@ -4,15 +4,25 @@ none; the old one serving on while the new one fails. Pure: no process, no file.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import NOW, desired, entry, inventory, observed, probe, record, ref, view
-from test_plan import DRAIN, HELD_ARGS, Case, exited, run, starting
+from test_plan import (
+    DRAIN,
+    HELD_ARGS,
+    Case,
+    acts_on_each_instance_once,
+    exited,
+    run,
+    starting,
+)
 
 from controller.core.actions import (
+    AnyAction,
     Fail,
     HoldChange,
     MarkReady,
@@ -21,11 +31,13 @@ from controller.core.actions import (
     Promote,
     Release,
     Replace,
+    Restart,
     Start,
     Stop,
 )
+from controller.core.devicefaults import DeviceFault
 from controller.core.manifest.specs import is_dns1123, is_next, next_name
-from controller.core.state import Phase, Record, RecordView
+from controller.core.state import Drain, Phase, Record, RecordView
 
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}
 ROLL = {"strategy": "RollingUpdate", **GPU1}
@@ -266,6 +278,11 @@ CASES = [
         ),
         id="sigkill-after-next-reservation-released",
     ),
+    # The old engine died mid-update: restarted or replaced, it would start an engine the
+    # `@next` retires (a Replace left it Pending, placed the round after beside the
+    # `@next`: two starts of one spec). Its `@next` takes the name now, alone, whatever
+    # its state; the promotion releases the dead one (Kubernetes scales the old
+    # ReplicaSet down as the new one's Pods come, and a dead Pod is nothing to wait for).
     pytest.param(
         Case(
             desired(new),
@@ -273,10 +290,60 @@ CASES = [
                 view(record("a", spec=old, devices=("nvidia:0",)), alive=False, exit=exited(1)),
                 view(next_rec(), alive=True),
             ),
-            expect=((Replace, "a", "spec.args changed"),),
+            expect=((Promote, "a", "a is down (engine exited with code 1): a@next takes"),),
             inv=TWO,
         ),
-        id="old-dies-mid-update-dropped-next-goes-on",
+        id="old-dies-mid-update-next-starting-takes-the-name",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                view(record("a", spec=old, devices=("nvidia:0",)), alive=False, exit=exited(1)),
+                view(next_rec(Phase.READY), alive=True),
+            ),
+            expect=((Promote, "a", "a@next is Ready; the old one is down"),),
+            inv=TWO,
+        ),
+        id="old-crashed-next-ready-promoted-not-both-restarted",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                view(record("a", spec=old, devices=("nvidia:0",), phase=Phase.BACKOFF)),
+                view(next_rec(Phase.READY), alive=True),
+            ),
+            expect=((Promote, "a", "a@next is Ready; the old one is down"),),
+            inv=TWO,
+        ),
+        id="old-backing-off-next-ready-promoted",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                view(record("a", spec=old, phase=Phase.PENDING, devices=(), port=None)),
+                view(next_rec(), alive=True, probe=probe(False)),
+            ),
+            expect=((Promote, "a", "a is down (Pending): a@next takes the name"),),
+            inv=TWO,
+        ),
+        id="old-pending-next-starting-no-second-start",
+    ),
+    # The spec went back to what the dead old engine ran: the Ready `@next` is its last
+    # server, promoted; the old one is not restarted beside it as well.
+    pytest.param(
+        Case(
+            desired(old),
+            observed(
+                view(record("a", spec=old, devices=("nvidia:0",)), alive=False, exit=exited(1)),
+                view(next_rec(Phase.READY), alive=True),
+            ),
+            expect=((Promote, "a", "the spec changed again"),),
+            inv=TWO,
+        ),
+        id="spec-reverted-old-crashed-ready-next-promoted-old-not-restarted",
     ),
     # A drain: a surge would be held Pending, and the fallback recreate stopped the old
     # engine for a start the drain holds too. Kubernetes' cordon leaves the old Pod
@@ -377,33 +444,89 @@ def _old_view(state: str, version: str) -> RecordView | None:
             return view(record("a", **held), alive=False, exit=exited(code=1))
         case "starting":
             return view(record("a", **held, **starting), alive=True)
+        case "backoff":  # its restart due now
+            return view(record("a", phase=Phase.BACKOFF, backoff_until=NOW, **held))
+        case "pending":  # replaced, or preempted: holding nothing, waiting to be placed
+            return view(record("a", spec=spec, phase=Phase.PENDING, port=None))
     return None
 
 
 def _next_view(state: str) -> RecordView:
-    if state == "ready":
-        return view(next_rec(Phase.READY), alive=True)
-    if state == "crashed":
-        return view(next_rec(Phase.READY), alive=False, exit=exited(code=1))
+    match state:
+        case "ready":
+            return view(next_rec(Phase.READY), alive=True)
+        case "crashed":
+            return view(next_rec(Phase.READY), alive=False, exit=exited(code=1))
+        case "backoff":
+            return view(next_rec(Phase.BACKOFF, backoff_until=NOW))
     return view(next_rec(), alive=True, probe=probe(False))
 
 
-@given(
-    old_state=st.sampled_from(("gone", "ready", "terminating", "crashed", "starting")),
-    old_version=st.sampled_from(("v1", "v2", "v3")),
-    next_state=st.sampled_from(("ready", "starting", "crashed")),
-    newest=st.sampled_from(("v2", "v3")),  # `@next` runs v2: v3 is a spec changed again
-)
+# Every state of a roll's two instances (the old one, its `@next`) and of the spec.
+ROLLS = {
+    "old_state": st.sampled_from(
+        ("gone", "ready", "terminating", "crashed", "starting", "backoff", "pending")
+    ),
+    "old_version": st.sampled_from(("v1", "v2", "v3")),
+    "next_state": st.sampled_from(("ready", "starting", "crashed", "backoff")),
+    "newest": st.sampled_from(("v2", "v3")),  # `@next` runs v2: v3 is a spec changed again
+}
+
+
+def _sick(*keys: str) -> dict[str, Any]:
+    return {
+        "unhealthy": {k: DeviceFault(k, "Xid 79 (GPU has fallen off the bus)", NOW) for k in keys}
+    }
+
+
+# What else the node says: drained (evicting or not), the old one's device, the `@next`'s
+# or both Unhealthy (each a teardown of its own that a promotion must not meet).
+NODES = {
+    "calm": {},
+    "drained": {"drain": DRAIN},
+    "evicting": {"drain": Drain(until=NOW + timedelta(hours=1), evict=True)},
+    "old-sick": _sick("nvidia:0"),
+    "next-sick": _sick("nvidia:1"),
+    "both-sick": _sick("nvidia:0", "nvidia:1"),
+}
+
+
+def _roll(
+    old_state: str, old_version: str, next_state: str, newest: str, node: str = "calm"
+) -> tuple[list[RecordView], list[AnyAction]]:
+    old_view = _old_view(old_state, old_version)
+    views = [v for v in (old_view, _next_view(next_state)) if v is not None]
+    want = desired(entry("a", args=[newest], **ROLL))
+    return views, run(Case(want, observed(*views, **NODES[node]), inv=TWO))
+
+
+@given(**ROLLS)
 def test_property_a_roll_never_takes_its_last_ready_server_away(
     old_state: str, old_version: str, next_state: str, newest: str
 ) -> None:
     """At every step of a roll some Ready engine of the deployment serves, unless none
     did before (Kubernetes' maxUnavailable 0 for one replica): no plan stops, fails or
     releases the last one, and a promotion hands the name on to the Ready `@next`."""
-    old_view = _old_view(old_state, old_version)
-    views = [v for v in (old_view, _next_view(next_state)) if v is not None]
-    want = desired(entry("a", args=[newest], **ROLL))
-    actions = run(Case(want, observed(*views), inv=TWO))
+    views, actions = _roll(old_state, old_version, next_state, newest)
     serving = {v.record.name for v in views if v.alive and v.record.phase is Phase.READY}
     taken = {a.name for a in actions if isinstance(a, (*TAKES_AWAY, Promote))}
     assert not serving or serving - taken, [a.describe() for a in actions]
+
+
+@given(**ROLLS, node=st.sampled_from(sorted(NODES)))
+def test_property_a_roll_never_starts_what_it_retires(
+    old_state: str, old_version: str, next_state: str, newest: str, node: str
+) -> None:
+    """A promotion retires the old instance itself: no plan also restarts, replaces,
+    fails or places it (two actions each meaning to become the serving instance, a model
+    loaded only to be stopped), whatever the node says (a drain, an Unhealthy device).
+    Nor does a plan start or restart the old instance beside a `@next` it leaves running:
+    one roll loads the new spec once. And no instance gets two actions of its fate."""
+    _, actions = _roll(old_state, old_version, next_state, newest, node)
+    acts_on_each_instance_once(actions)
+    said = [a.describe() for a in actions]
+    promoted = {a.name for a in actions if isinstance(a, Promote)}
+    assert not [a for a in actions if a.name in promoted and not isinstance(a, Promote)], said
+    ended = {a.name for a in actions if isinstance(a, Stop | Release)}
+    if NEXT not in ended:
+        assert not [a for a in actions if isinstance(a, Start | Restart) and a.name == "a"], said

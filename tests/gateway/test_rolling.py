@@ -6,6 +6,8 @@ daemon SIGKILLed mid-promotion leaves records the next daemon finishes, no engin
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,14 @@ from controller.store.statedir import StateDir
 GPU = {"count": 1, "kind": "nvidia"}
 WAIT = 40.0
 ECHO = Path(__file__).with_name("echo_engine.py")
+# An engine that loads until a file exists (the test says when): argv[1] the file, the
+# rest the engine it becomes (the same pid, so the record's process stays the engine).
+GATED = (
+    "import os, sys, time\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    time.sleep(0.05)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 def roll(reconcile: Any, version: str) -> None:
@@ -310,4 +320,49 @@ def test_a_rename_while_rolling_fails_no_request_and_says_renamed(
     for event in stops:
         assert "manifest removed" not in event["reason"], stops
         assert "roll.yaml" in event["reason"] and "rolled" in event["reason"], stops
+    g.finish()
+
+
+def test_an_old_engine_dead_mid_update_hands_over_to_next_and_starts_nothing(
+    reconcile: Any, gateway: Any
+) -> None:
+    # The old engine dies while its `@next` loads. It was replaced (Pending), then placed
+    # again with the new spec the next round, on its old device beside the `@next`: a
+    # second start of the new model (minutes of GPU time on a real engine), stopped as
+    # soon as the `@next` was promoted. Now the `@next` takes the name at once and is the
+    # one engine that starts; requests sent after the crash wait for it, and none fails.
+    # (None goes to the old engine first: one it was answering would die with it, and
+    # one sent after on the gateway's kept-alive connection to it is answered 502.)
+    loaded = reconcile.tmp / "loaded"  # until it exists, the new version loads
+    roll(reconcile, "3")
+    g = gateway()
+    old_pid = g.wait_phase("roll", "Ready")["pid"]
+    command = [sys.executable, "-c", GATED, str(loaded), *reconcile.demo_command(chunks="4")]
+    # Its deadline outlasts the handover at any load: a retried `@next` is another start.
+    probe = {"httpGet": {"path": "/health"}, "deadlineSeconds": 300, "periodSeconds": 0.2}
+    reconcile.write("roll", devices=GPU, strategy="RollingUpdate", command=command, readiness=probe)
+    nxt_pid = g.wait_phase(next_name("roll"), "Starting")["pid"]
+    nonces = {n: (reconcile.record(n) or {}).get("nonce") for n in ("roll", "roll@next")}
+    os.kill(old_pid, signal.SIGKILL)
+    reconcile.wait_gone(old_pid)
+    with Loop(g, "roll").running() as loop:
+
+        def handed_over() -> dict[str, Any] | None:
+            record = reconcile.record("roll")
+            return record if record and record["nonce"] != nonces["roll"] else None
+
+        after = reconcile.wait_for(handed_over, timeout=WAIT, what="the old record's end")
+        assert after["nonce"] == nonces["roll@next"], after  # the `@next` took the name
+        assert reconcile.pids() == {nxt_pid}  # and nothing else started
+        loaded.touch()
+        new_pid = new_engine_ready(reconcile, old_pid)
+        loop.answered_by(reconcile, new_pid)
+    assert new_pid == nxt_pid
+    assert not loop.errors, loop.errors[:5]
+    bad = [a for a in loop.answers if a[0] != 200]
+    assert not bad, bad[:5]
+    starts = [e for e in reconcile.events("roll") if e.get("action") in ("start", "restart")]
+    assert len(starts) == 2, starts  # version 3's, and the `@next`'s: no other
+    record = reconcile.record("roll")
+    assert record is not None and record["devices"] == ["nvidia:1"], record
     g.finish()

@@ -17,6 +17,7 @@ from controller.core.actions import (
     MarkReady,
     MarkSpec,
     Park,
+    Promote,
     Reap,
     Reject,
     Release,
@@ -40,7 +41,15 @@ from controller.core.manifest.specs import (
     with_key_file,
     with_secrets,
 )
-from controller.core.planner.context import EMPTIED, Context, Desired, Judged, Want
+from controller.core.planner.context import (
+    EMPTIED,
+    Context,
+    Desired,
+    Judged,
+    Prefetch,
+    Roll,
+    Want,
+)
 from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.planner.ondemand import idle_reason, parked
 from controller.core.planner.recreate import drain_holds, hold, recreate, unheld
@@ -77,7 +86,22 @@ def judge(ctx: Context) -> list[Judged]:
     desired, observed = ctx.desired, ctx.observed
     for name in sorted(set(ctx.instances) | set(observed.records) | set(desired.invalid)):
         found += _judge(ctx, name)
-    return found
+    return _handed_on(found)
+
+
+def _handed_on(found: list[Judged]) -> list[Judged]:
+    """A promotion retires the old instance itself (drained, torn down, its record
+    overwritten by the ``@next``'s), so whatever the old one's own judging asked for this
+    round (a Restart, a Replace, a liveness Fail, a Want to place it) gives way: it would
+    start or stop an engine the promotion retires, as ``plan`` drops a preempted record's
+    own action. Orphans' reaps stay: they are other engines' processes."""
+    promoted = {j.name for j in found if isinstance(j, Promote)}
+    return [j for j in found if isinstance(j, Promote | Reap) or _subject(j) not in promoted]
+
+
+def _subject(judged: Judged) -> str:
+    """The record a judged action or request is about."""
+    return judged.record if isinstance(judged, Want | Roll | Prefetch) else judged.name
 
 
 def _judge(ctx: Context, name: str) -> list[Judged]:
@@ -178,7 +202,7 @@ def _judge_declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged
     if rec.phase is Phase.IDLE and rec.message == SCALED_TO_ZERO:
         return [Want(entry, f"scaled up to {ctx.desired.count(entry.name)}", rec.name)]
     if rec.phase is Phase.IDLE:
-        return [Want(entry, "requested through the gateway")]
+        return [Want(entry, "requested through the gateway", rec.name)]
     if rec.spec_hash != entry.hash:  # a rejected manifest's record states no spec to diff
         return _changed(ctx, view, entry, why=None if rec.stored_spec else VALID_AGAIN)
     if ctx.desired.restart_due(rec):

@@ -173,12 +173,33 @@ def judge_next(ctx: Context, view: RecordView) -> list[Judged]:
         return [Promote(name=base, reason=f"{rec.name} takes the name {base}{kept}")]
     if old.record.phase is Phase.TERMINATING:
         return []  # the old one's teardown is finished first (its Stop); then the rename
+    down = _down(old)
     if view.alive and rec.phase is Phase.READY:
-        reason = f"rolling update: {rec.name} is Ready; old drains{kept}"
-        return [Promote(name=base, reason=reason)]
+        drains = "the old one is down: released, not restarted" if down else "old drains"
+        return [Promote(name=base, reason=f"rolling update: {rec.name} is Ready; {drains}{kept}")]
     if rec.phase in (Phase.PENDING, Phase.IDLE):
         return [Release(name=rec.name, reason="not a rolling update's state", nonce=rec.nonce)]
+    if down:
+        reason = (
+            f"{base} is down ({down}): {rec.name} takes the name now; the old one is "
+            f"released, not restarted{kept}"
+        )
+        return [Promote(name=base, reason=reason)]
     return lifecycle(ctx, view, entry)  # Starting, crashed, backing off: the old one serves
+
+
+def _down(old: RecordView) -> str | None:
+    """Why the old instance serves nothing and never will again in this roll (its engine
+    dead: crashed, backing off, Pending for room, ended), or None while it runs (or is a
+    reservation, or parked). Restarted, replaced or placed again, it would start an
+    engine the ``@next`` retires as soon as it is Ready (minutes of a model's load, its
+    devices held twice over): the ``@next`` takes the name instead, whatever its state,
+    and the promotion releases the dead one, as Kubernetes scales an old ReplicaSet down
+    while the new one's Pods come, and waits for no dead Pod of the old one."""
+    rec = old.record
+    if old.alive or rec.phase in (Phase.IDLE, Phase.RESERVED, Phase.TERMINATING):
+        return None
+    return f"engine {old.exit}" if old.exit else rec.phase.value
 
 
 def _last_server(view: RecordView, old: RecordView | None) -> bool:
