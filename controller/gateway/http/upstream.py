@@ -161,6 +161,18 @@ class Upstream:
             raise
         return Answer(conn, self, status, reason, fields, named, framing, keep)
 
+    async def reachable(self, host: str, port: int) -> bool:
+        """Whether the engine at ``host:port`` takes a connection now (made, within the
+        cap, and closed at once). A SIGKILLed engine's connections end with a reset while
+        its process dies (a retry's fresh one too, taken into its backlog), then its port
+        refuses: only that says the instance itself is gone."""
+        try:
+            conn = await self._acquire((host, port), pooled=False)
+        except Unreached:
+            return False
+        self._forget(conn)
+        return True
+
     async def close(self) -> None:
         self._closed = True
         if self._sweep is not None:

@@ -357,13 +357,16 @@ class Forwarder:
                 return await self._send(incoming, body, want.pool, target, fresh=True)
         except UpstreamFailed as exc:
             other = self._other(want, target, exc, body)
+            gone = other is None and await self._gone(target, exc, body)
             log.info(
                 "engine connection lost again",
                 deployment=target.deployment,
                 instance=target.instance,
                 error=str(exc),
-                retried="another instance" if other is not None else "no",
+                retried="another instance" if other else "when one is Ready" if gone else "no",
             )
+            if gone:  # the caller holds it for a Ready instance, as for one not reached
+                raise UpstreamDown(f"{exc}; then its port refused connections") from exc
             if other is None:
                 return _upstream_error(target.deployment, exc)
         try:
@@ -388,6 +391,15 @@ class Forwarder:
         return self.table.target(
             want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
         )
+
+    async def _gone(self, target: Target, exc: UpstreamFailed, body: bytes | Upload) -> bool:
+        """The request may go again and ``target``'s engine no longer takes connections:
+        it died (a SIGKILL: the pooled connection and the retry's fresh one reset as its
+        process ended), so the request waits for a Ready instance (its restart, a roll's
+        ``@next``) instead of a 502. An engine alive that resets requests keeps its 502."""
+        if not _may_resend(exc, body):
+            return False
+        return not await self.upstream.reachable(target.host, target.port)
 
     async def _elsewhere(
         self, incoming: Incoming, body: bytes | Upload, want: Ask, target: Target, exc: UpstreamHung
