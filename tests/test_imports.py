@@ -136,9 +136,11 @@ def _held(probe: str, modules: str, argv: list[str], **env: str) -> None:
     assert out.returncode == 0, out.stderr + out.stdout
 
 
-# The demo engine (the suite's stand-in engine) to its first answer: http.server and
-# nothing of ours. No dataclasses (inspect, ~15% of its start), no OpenSSL until an
-# embedding asks for a SHA-256.
+# The demo engine (the suite's stand-in engine) to its first answer: its own small HTTP
+# server on socketserver (controller/demo/httpserver.py), no http.server (which brings
+# email, html, mimetypes and, through http.client, ssl: ~2/3 of its start, and the suite
+# starts ~1,700 demo engines a run). No dataclasses (inspect, ~15% of its start), no
+# OpenSSL until an embedding asks for a SHA-256. (The probe's own client is http.client.)
 DEMO_PROBE = (
     "import http.client, os, sys, threading, time; from controller.demo.engine import main\n"
     "def up(port):\n"
@@ -157,7 +159,8 @@ DEMO_PROBE = (
     "threading.Thread(target=answered, daemon=True).start(); main(['--port', sys.argv[2]])"
 )
 DEMO_UNUSED = (
-    "dataclasses,inspect,hashlib,_hashlib,asyncio,pydantic,controller.core,controller.store"
+    "http.server,html,mimetypes,dataclasses,inspect,hashlib,_hashlib,asyncio,"
+    "pydantic,controller.core,controller.store"
 )
 
 
