@@ -139,8 +139,9 @@ def _held(probe: str, modules: str, argv: list[str], **env: str) -> None:
 # The demo engine (the suite's stand-in engine) to its first answer: its own small HTTP
 # server on socketserver (controller/demo/httpserver.py), no http.server (which brings
 # email, html, mimetypes and, through http.client, ssl: ~2/3 of its start, and the suite
-# starts ~1,700 demo engines a run). No dataclasses (inspect, ~15% of its start), no
-# OpenSSL until an embedding asks for a SHA-256. (The probe's own client is http.client.)
+# starts ~1,700 demo engines a run). No typing (its annotations are strings), no
+# dataclasses (inspect, ~15% of its start), no OpenSSL until an embedding asks for a
+# SHA-256. (The probe's own client is http.client.)
 DEMO_PROBE = (
     "import http.client, os, sys, threading, time; from controller.demo.engine import main\n"
     "def up(port):\n"
@@ -159,7 +160,7 @@ DEMO_PROBE = (
     "threading.Thread(target=answered, daemon=True).start(); main(['--port', sys.argv[2]])"
 )
 DEMO_UNUSED = (
-    "http.server,html,mimetypes,dataclasses,inspect,hashlib,_hashlib,asyncio,"
+    "http.server,html,mimetypes,typing,dataclasses,inspect,hashlib,_hashlib,asyncio,"
     "pydantic,controller.core,controller.store"
 )
 

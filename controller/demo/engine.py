@@ -33,13 +33,19 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
 from controller.demo.httpserver import Handler, Server
 
+# typing.TYPE_CHECKING without importing typing (~5% of this engine's start): the names
+# below are only ever read by the type checker (annotations are strings here).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+    Json = dict[str, Any]
+
 DIMENSIONS = 16  # an embedding's length unless the request's `dimensions` says otherwise
-Json = dict[str, Any]
 
 
 def tokens(text: str) -> int:
