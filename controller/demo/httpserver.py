@@ -20,7 +20,10 @@ from collections.abc import Callable
 
 MAX_LINE = 65536  # a request or header line longer than this is refused (http.server's)
 MAX_HEADERS = 100  # more header lines than this are refused (http.client's)
-SERVER = f"reconcile-demo Python/{sys.version.split()[0]}"
+# http.server's own words (BaseHTTPRequestHandler.version_string), kept: clients know the
+# demo engine's answers by them (tests/harness/test_gateway_fuzz.py tells its from the
+# gateway's).
+SERVER = f"BaseHTTP/0.6 Python/{sys.version.split()[0]}"
 REASONS = {
     100: "Continue",
     200: "OK",
