@@ -174,7 +174,7 @@ def test_a_demo_engine_answers_with_no_dataclasses_nor_openssl() -> None:
 # there is one; no pydantic, yaml or structlog either. No aiohttp at all (a quarter of its
 # start): the engines' /metrics are read with its own client (http/upstream.py).
 # No prometheus_client until a scrape or a hand-over's inherit (its package's import
-# brings http.server, http.client, email and wsgiref: 20-35 ms of CPU a start).
+# brings http.server, http.client, email and wsgiref: ~35-50 ms of CPU a start).
 GATEWAY_PROBE = "import sys; import controller.gateway.lifecycle.process; REPORT sys.exit(bad or 0)"
 GATEWAY_UNUSED = (
     "controller.store.sources.git.source,controller.store.sources.git.status,"

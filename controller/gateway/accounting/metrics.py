@@ -29,7 +29,7 @@ from controller.gateway.accounting.usage import Meter
 
 # prometheus_client is imported by a scrape, a hand-over's inherit, not at the start: any
 # of its modules runs its package's import (http.server, http.client, email, wsgiref),
-# 20-35 ms of CPU, a tenth of a gateway process's start, and the suite starts hundreds.
+# ~35-50 ms of CPU, a sixth of a gateway process's import, and the suite starts hundreds.
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import Collector
