@@ -4,6 +4,7 @@ streamed usage, ids), so token metrics and clients can be tried without a model.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import openai
 import pytest
@@ -28,17 +30,71 @@ def _up(port: int) -> bool:
 
 
 @pytest.fixture
-def client() -> Iterator[openai.OpenAI]:
+def engine_port() -> Iterator[int]:
+    """A demo engine serving model ``m``: its port."""
     port = free_ports(1)
     argv = [sys.executable, "-m", "controller.demo.engine", "--port", str(port), "--model", "m"]
     engine = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:
         wait_for(lambda: _up(port), timeout=30, what="the demo engine")
-        with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none") as made:
-            yield made
+        yield port
     finally:
         engine.terminate()
         engine.wait(timeout=30)
+
+
+@pytest.fixture
+def client(engine_port: int) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{engine_port}/v1", api_key="none") as made:
+        yield made
+
+
+def _answer(reader: BinaryIO) -> tuple[bytes, dict[str, str], bytes]:
+    """One answer read off a connection: its status line, headers (lower-case names), body."""
+    status = reader.readline()
+    headers = {}
+    while (line := reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, reader.read(int(headers.get("content-length", 0)))
+
+
+def test_its_http_keeps_connections_continues_and_refuses_with_a_status(engine_port: int) -> None:
+    """The engine's own HTTP/1.1 server (controller/demo/httpserver.py; http.server was
+    two thirds of its start): requests in turn on one connection, a body sent after
+    ``100 Continue`` (http.server's 100 sat in the engine's write buffer until the answer,
+    so a client that waits for it before its body, as curl does a second, waited), an
+    HTTP/1.0 request's connection closed after its answer, and a method or request line
+    it cannot serve refused with a status."""
+    with (
+        socket.create_connection(("127.0.0.1", engine_port), timeout=30) as sock,
+        sock.makefile("rb") as reader,
+    ):
+        for _ in range(2):  # keep-alive: the same connection answers again
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+            status, headers, body = _answer(reader)
+            assert status.startswith(b"HTTP/1.1 200 ") and json.loads(body) == {"status": "ok"}
+            assert headers["date"].endswith(" GMT") and headers["server"].startswith("BaseHTTP/")
+        body = b'{"prompt": "a b"}'
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+        sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body))
+        assert reader.readline() == b"HTTP/1.1 100 Continue\r\n" and reader.readline() == b"\r\n"
+        sock.sendall(body)
+        status, _, answer = _answer(reader)
+        assert status.startswith(b"HTTP/1.1 200 ") and json.loads(answer)["usage"]["prompt_tokens"]
+        sock.sendall(b"DELETE /v1/models HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, headers, _ = _answer(reader)
+        assert status.startswith(b"HTTP/1.1 501 ") and headers["connection"] == "close"
+        assert reader.read() == b""  # and it closed the connection
+    for request, code in ((b"GET /health HTTP/1.0\r\n\r\n", 200), (b"nonsense\r\n\r\n", 400)):
+        with (
+            socket.create_connection(("127.0.0.1", engine_port), timeout=30) as sock,
+            sock.makefile("rb") as reader,
+        ):
+            sock.sendall(request)
+            status, _, _ = _answer(reader)
+            assert status.startswith(b"HTTP/1.1 %d " % code), status
+            assert reader.read() == b""  # closed after the answer
 
 
 def test_embeddings_are_deterministic_vectors_with_usage(client: openai.OpenAI) -> None:

@@ -22,15 +22,17 @@ import bisect
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-
-from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
+from typing import TYPE_CHECKING, cast
 
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.gateway.accounting.usage import Meter
+
+# prometheus_client is imported by a scrape, a hand-over's inherit, not at the start: any
+# of its modules runs its package's import (http.server, http.client, email, wsgiref),
+# ~35-50 ms of CPU, a sixth of a gateway process's import, and the suite starts hundreds.
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import Collector
 
 PREFIX = "reconcile_gateway_"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -95,7 +97,10 @@ class _Histogram:
 Series = Iterable[tuple[tuple[str, ...], float | _Histogram | None]]  # label values, value
 
 
-class GatewayMetrics(Collector):
+class GatewayMetrics:
+    """A prometheus-client collector (``collect``, all ``generate_latest`` reads) that
+    does not subclass ``Collector``, so that defining it imports no prometheus_client."""
+
     def __init__(self) -> None:
         self.requests: defaultdict[Labels, int] = defaultdict(int)
         self.errors: defaultdict[tuple[str, str, str], int] = defaultdict(int)
@@ -118,6 +123,8 @@ class GatewayMetrics(Collector):
     def inherit(self, text: str) -> None:
         """Add a predecessor's final counters and histograms (its Prometheus text) to
         ours from now on; its gauges (in flight, the engines') were its own moment's."""
+        from prometheus_client.parser import text_string_to_metric_families
+
         carried = {name: dict(samples) for name, samples in self.carried.items()}
         for family in text_string_to_metric_families(text):
             if family.type not in ("counter", "histogram"):
@@ -199,7 +206,9 @@ class GatewayMetrics(Collector):
         return list({**idle, **counted}.items())
 
     def render(self) -> str:
-        return generate_latest(self).decode()
+        from prometheus_client.exposition import generate_latest
+
+        return generate_latest(cast("Collector", self)).decode()
 
     def collect(self) -> Iterator[Metric]:
         """Each family of ``FAMILIES`` from a copy of its dict (see the docstring), plus
@@ -231,6 +240,8 @@ def _per(by_deployment: Mapping[str, float | _Histogram]) -> Series:
 
 def _family(name: str, series: Series) -> Metric:
     """``name``'s family as ``FAMILIES`` declares it, one series per label set in order."""
+    from prometheus_client.metrics_core import Metric
+
     kind, labels, help_text = FAMILIES[name]
     family = Metric(name.removesuffix("_total"), help_text, kind)
     for values, value in sorted(series, key=lambda item: item[0]):
@@ -247,6 +258,8 @@ def _plus(family: Metric, extra: Mapping[SampleKey, float]) -> Metric:
     values = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.samples}
     for key, value in extra.items():
         values[key] = values.get(key, 0.0) + value
+    from prometheus_client.samples import Sample
+
     ordered = sorted(values.items(), key=_series_order)
     family.samples = [Sample(name, dict(labels), value) for (name, labels), value in ordered]
     return family
