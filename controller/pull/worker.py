@@ -25,10 +25,6 @@ from controller.store.models.modelcache import CacheEntry, utcnow
 
 def run(job: Job) -> int:
     """0 when the files are in the cache, 1 when this pull failed (its result says why)."""
-    replaced = _replaced(job)
-    if replaced is not None:
-        print(replaced, file=sys.stderr, flush=True)
-        return 1
     entry = CacheEntry.of(job.cache, job.source.key)
     entry.ensure()
     with entry.lock.hold(timeout=None):
@@ -37,11 +33,12 @@ def run(job: Job) -> int:
         return _pull(job, entry)
 
 
-def _replaced(job: Job) -> str | None:
-    """Why this pull writes nothing: the folder at its state dir's path is another state
-    dir's now, or none's (its disk unmounted, the folder left empty), since the pass that
-    started it. Its first write made its cache entry's folders there: a cold start on a
-    loaded box came after the swap (tests/integration/test_state_id.py)."""
+def replaced(job: Job) -> str | None:
+    """Why the pull process a pass started writes nothing: the folder at its state dir's
+    path is another state dir's now, or none's (its disk unmounted, the folder left
+    empty), since that pass. Its first write made its cache entry's folders there: a cold
+    start on a loaded box came after the swap (tests/integration/test_state_id.py). A Ray
+    node's pull (a thread, in its own node folder) has no such id to check."""
     ours = os.environ.get(STATE_ID)
     if not ours:
         return None  # started by hand, or by a state dir with no id yet

@@ -23,7 +23,7 @@ from controller.core.manifest.sources import Source
 from controller.host.procscan import EnvironScan
 from controller.pull import launch, worker
 from controller.pull.host import HostPuller
-from controller.pull.job import Job
+from controller.pull.job import JOB_ENV, Job
 from controller.store.instances.events import Journal
 from controller.store.models import modelcache
 from controller.store.models.modelcache import CacheEntry
@@ -517,9 +517,11 @@ def test_a_pull_whose_state_dir_was_swapped_before_it_ran_writes_nothing(
     empty): its first write made its cache entry's folders in that empty folder, another
     state dir's to be (a cold start at load ~23 came after the swap). It writes nothing
     and says why, and what to do."""
+    from controller.pull.__main__ import main
+
     monkeypatch.setenv(launch.STATE_ID, "the-state-dir-that-started-it")
     with serving({"tiny.gguf": DATA}) as server:
-        job = url_job(tmp_path, server.url("tiny.gguf"))
-        assert worker.run(job) == 1
+        monkeypatch.setenv(JOB_ENV, url_job(tmp_path, server.url("tiny.gguf")).to_json())
+        assert main([]) == 1
         assert server.sent == 0
     assert list(tmp_path.iterdir()) == [], "nothing written"
