@@ -10,7 +10,7 @@ import os
 import sys
 
 from controller.pull.job import JOB_ENV, Job
-from controller.pull.worker import run
+from controller.pull.worker import replaced, run
 
 
 def main(argv: list[str]) -> int:
@@ -21,7 +21,12 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 64
-    return run(Job.from_json(text))
+    job = Job.from_json(text)
+    why = replaced(job)
+    if why is not None:
+        print(why, file=sys.stderr)
+        return 1
+    return run(job)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ waits here and then finds it done (two deployments of one file download it once)
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -13,9 +14,11 @@ from typing import Any
 from controller.core.pulls import FailureKind
 from controller.pull.hubfetch import fetch_hub
 from controller.pull.job import Job, PullError
+from controller.pull.launch import STATE_ID
 from controller.pull.meter import ProgressMeter
 from controller.pull.urlfetch import fetch_url
 from controller.redact import redact_url
+from controller.store.config import stateid
 from controller.store.instances.events import Journal
 from controller.store.models.modelcache import CacheEntry, utcnow
 
@@ -28,6 +31,25 @@ def run(job: Job) -> int:
         if entry.model_path() is not None:
             return 0  # a pull we waited for finished it
         return _pull(job, entry)
+
+
+def replaced(job: Job) -> str | None:
+    """Why the pull process a pass started writes nothing: the folder at its state dir's
+    path is another state dir's now, or none's (its disk unmounted, the folder left
+    empty), since that pass. Its first write made its cache entry's folders there: a cold
+    start on a loaded box came after the swap (tests/integration/test_state_id.py). A Ray
+    node's pull (a thread, in its own node folder) has no such id to check."""
+    ours = os.environ.get(STATE_ID)
+    if not ours:
+        return None  # started by hand, or by a state dir with no id yet
+    now = stateid.peek(job.state_dir)
+    if now == ours:
+        return None
+    return (
+        f"pull not started: {job.state_dir} is no longer the state dir that started it "
+        f"(its id is {now or 'missing'}, not {ours}); nothing written. Put the state dir "
+        "back (mount its disk) and run again: its next pass starts the pull anew"
+    )
 
 
 def _pull(job: Job, entry: CacheEntry) -> int:

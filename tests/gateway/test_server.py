@@ -10,10 +10,12 @@ import asyncio
 import contextlib
 import json
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+import uvloop
 from structlog.testing import capture_logs
 
 from controller.gateway.http import server as srv
@@ -288,6 +290,118 @@ def test_the_read_after_an_early_answer_ends_however_long_the_body_comes(
             assert await asyncio.to_thread(_send_until_closed, port, 30.0)
 
     run(test)
+
+
+def test_the_read_after_an_early_answer_outlasts_the_idle_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lingering read has its own ends (``LINGER``, ``LINGER_MAX``): the idle
+    timeout (60 s; 1 here) cut it too, as the connection has no request in progress, so a
+    burst's rests read at a share of a loaded gateway's pace were reset at 60 s, not 120."""
+    monkeypatch.setattr(srv, "IDLE_TIMEOUT", 1.0)
+    monkeypatch.setattr(srv, "HEADER_TIMEOUT", 0.2)  # the timer's step: never more ahead
+
+    async def test() -> None:
+        async with Served(refuse_413) as s:
+            assert s.listener is not None
+            port = s.listener.sockets[0].getsockname()[1]
+            pause = srv.LINGER / 5
+            said = await asyncio.to_thread(_send_slowly_then_read, port, 10, pause)
+            assert said.startswith(b"HTTP/1.1 413 "), said[:200]
+
+    run(test)
+
+
+class _Stall:
+    """The gateway's loop held in an I/O callback, as a long read holds it, or the kernel
+    does when it leaves the process waiting on a loaded box: ``seconds`` (the stall
+    itself, which the client's pace goes on through), and until the client sent a piece
+    during it (bytes the loop has not read yet when it wakes)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._wake, self._trigger = socket.socketpair()
+        self.began, self.sent, self.over = (threading.Event() for _ in range(3))
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.add_reader(self._wake.fileno(), self._hold, loop)
+
+    def start(self) -> None:
+        """From the client's thread."""
+        self._trigger.send(b"!")
+
+    def _hold(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.remove_reader(self._wake.fileno())
+        self.began.set()
+        time.sleep(self.seconds)  # the stall under test, not a wait for something
+        self.sent.wait(60)
+        self.over.set()
+
+    def close(self) -> None:
+        self._wake.close()
+        self._trigger.close()
+
+
+def _answered(sock: socket.socket) -> bool:
+    """Some of the answer is there to read (peeked: the client reads it at the end)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return False
+
+
+def _send_through_a_stall(port: int, stall: _Stall, pace: float) -> bytes:
+    """A chunked body at a steady pace: on through the gateway's stall once its answer
+    came, a few pieces more, its end; then the answer read to the close."""
+    piece = b"1000\r\n" + b"x" * 4096 + b"\r\n"
+    deadline = time.monotonic() + 60
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        while not _answered(sock):
+            assert time.monotonic() < deadline, "no answer in 60 s"
+            sock.sendall(piece)
+            time.sleep(pace)  # its pace
+        stall.start()
+        assert stall.began.wait(60), "the loop never stalled"
+        sock.sendall(piece)
+        stall.sent.set()
+        while not stall.over.is_set():
+            time.sleep(pace)
+            sock.sendall(piece)
+        for _ in range(5):
+            time.sleep(pace)
+            sock.sendall(piece)
+        sock.sendall(b"0\r\n\r\n")
+        said = b""
+        while chunk := sock.recv(1 << 16):
+            said += chunk
+        return said
+
+
+def test_the_gateways_own_stall_does_not_end_the_read_after_an_early_answer() -> None:
+    """A body that came while the gateway did not read (its loop busy, its process left
+    waiting by a loaded kernel) is still coming. uvloop, the gateway's loop, runs the
+    timers due before it reads what came during such a stall: the close ``LINGER`` s
+    after the last read came first, and a client still sending read a reset (the burst of
+    tests/gateway/test_bodies.py, once at load ~33). The read looks at what the kernel
+    holds before it ends, on the process's clock, not the loop's cached one."""
+    stall = _Stall(srv.LINGER * 1.5)
+
+    async def test() -> None:
+        async with Served(refuse_413) as s:
+            assert s.listener is not None
+            port = s.listener.sockets[0].getsockname()[1]
+            stall.watch(asyncio.get_running_loop())
+            said = await asyncio.to_thread(_send_through_a_stall, port, stall, srv.LINGER / 10)
+            head, _, body = said.partition(END)
+            assert head.startswith(b"HTTP/1.1 413 "), said[:200]
+            assert json.loads(body)["error"]["code"] == "request_too_large", body
+
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(test())
+    finally:
+        stall.close()
 
 
 def test_a_body_that_stops_coming_is_a_408(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -198,9 +198,13 @@ def test_wait_draws_a_progress_bar_on_a_terminal(reconcile: Any, cache: Path) ->
         reader = threading.Thread(target=read_all, args=(main, shown), daemon=True)
         reader.start()
         half = "[############------------]  50%"
-        reconcile.wait_for(lambda: half in b"".join(shown).decode(errors="replace"), what=half)
+        # Two cold interpreters (the wait, then its pull) before the bar: 15 s was not
+        # enough at load ~23 (as the pipe's test above found); the wait's --timeout bounds it.
+        reconcile.wait_for(
+            lambda: half in b"".join(shown).decode(errors="replace"), timeout=WAITED, what=half
+        )
         server.release()
-        assert proc.wait(timeout=90) == 0
+        assert proc.wait(timeout=WAITED) == 0
         reader.join(timeout=10)
         os.close(main)
     screen = b"".join(shown).decode(errors="replace")

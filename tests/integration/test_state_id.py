@@ -215,6 +215,10 @@ def test_a_model_pull_of_the_state_dir_moved_away_is_judged_as_its_engines(
         with serving({"tiny.gguf": data}, hold=1 << 18) as server:
             rc.write("web", source={"url": server.url("tiny.gguf"), "sha256": digest})
             rc.once()  # starts the pull, held by the server after its first quarter
+            # Held there: its cache entry made and locked, its bytes coming. Its marker is
+            # there from its exec, before a cold interpreter at load made the entry, which
+            # came then in the emptied folder ("nothing written" failed, load ~23).
+            rc.wait_for(lambda: server.sent >= 1 << 18, timeout=60, what="the pull held")
             rc.wait_for(lambda: marked_pids(pulls, launch.MARKER), what="the pull")
             (pid,) = marked_pids(pulls, launch.MARKER)
             assert rc.environ(pid)["RECONCILE_STATE_ID"] == (rc.state / "id").read_text().strip()

@@ -23,7 +23,7 @@ from controller.core.manifest.sources import Source
 from controller.host.procscan import EnvironScan
 from controller.pull import launch, worker
 from controller.pull.host import HostPuller
-from controller.pull.job import Job
+from controller.pull.job import JOB_ENV, Job
 from controller.store.instances.events import Journal
 from controller.store.models import modelcache
 from controller.store.models.modelcache import CacheEntry
@@ -508,3 +508,20 @@ def test_a_pull_process_shows_no_token_in_its_command_line(tmp_path: Path, pulls
         server.release()
         wait_for(lambda: entry_of(job).model_path() is not None, what="the pull")
         wait_for(lambda: not alive(pid), what="the pull process to exit")
+
+
+def test_a_pull_whose_state_dir_was_swapped_before_it_ran_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started by a state dir whose disk was then unmounted (the folder at its path left
+    empty): its first write made its cache entry's folders in that empty folder, another
+    state dir's to be (a cold start at load ~23 came after the swap). It writes nothing
+    and says why, and what to do."""
+    from controller.pull.__main__ import main
+
+    monkeypatch.setenv(launch.STATE_ID, "the-state-dir-that-started-it")
+    with serving({"tiny.gguf": DATA}) as server:
+        monkeypatch.setenv(JOB_ENV, url_job(tmp_path, server.url("tiny.gguf")).to_json())
+        assert main([]) == 1
+        assert server.sent == 0
+    assert list(tmp_path.iterdir()) == [], "nothing written"

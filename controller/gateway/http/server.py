@@ -38,9 +38,13 @@ deadline for a request's headers (its issue #157), which the policies below need
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import re
 import resource
+import struct
+import termios
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -280,8 +284,8 @@ class Protocol(asyncio.Protocol):
         self._host_ok = True  # ... and whether each was a host
         self._lingering = False  # an answered request's unread body is dropped as it comes
         self._dropping = False  # refused: what still comes is dropped until the close
-        self._dropped_at = 0.0  # loop time bytes last came while lingering or dropping
-        self._linger_end = 0.0  # loop time the lingering read ends, whatever comes
+        self._dropped_at = 0.0  # monotonic time bytes last came while lingering or dropping
+        self._linger_end = 0.0  # monotonic time the lingering read ends, whatever comes
         self._paused: set[str] = set()  # why reading stopped ("body", "queue")
         self._writable: asyncio.Future[None] | None = None  # set while writes are paused
         self._lost = False
@@ -346,8 +350,7 @@ class Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._dropping or self._lingering:
-            assert self._loop is not None
-            self._dropped_at = self._loop.time()  # still coming: the close waits (_linger)
+            self._dropped_at = time.monotonic()  # still coming: the close waits (_linger)
             if self._dropping:
                 return  # read only so that the close does not reset the refusal (_drop_rest)
         first = not self._heard
@@ -591,18 +594,25 @@ class Protocol(asyncio.Protocol):
         ``LINGER_MAX`` s from now (the end of the body closes it at once: on_message_complete).
         A close at a fixed time reset a client still sending at a steady pace."""
         assert self._loop is not None
-        self._dropped_at = now = self._loop.time()
+        self._dropped_at = now = time.monotonic()
         self._linger_end = now + LINGER_MAX
-        self._loop.call_at(now + LINGER, self._lingered)
+        self._loop.call_later(LINGER, self._lingered)
 
     def _lingered(self) -> None:
+        """The process's clock, not the loop's (uvloop's is cached, from before a stall),
+        and bytes the kernel holds unread count as come now: uvloop runs the timers due
+        before it reads what came while the gateway stalled (a busy loop, a process the
+        kernel left waiting on a loaded box), and the client still sending was reset."""
         if self._lost or self._loop is None:
             return
+        now = time.monotonic()
+        if _unread(self.transport):
+            self._dropped_at = now
         due = min(self._dropped_at + LINGER, self._linger_end)
-        if self._loop.time() >= due:
+        if now >= due:
             self.force_close()
         else:
-            self._loop.call_at(due, self._lingered)
+            self._loop.call_later(due - now, self._lingered)
 
     def _unreadable(self, exc: Exception, why: str | None = None) -> None:
         """The bytes are not HTTP the gateway reads: a 400 that quotes none of them, a
@@ -678,12 +688,24 @@ class Protocol(asyncio.Protocol):
                     return
                 self._began = now  # read ahead of an answer in progress: it waits for that
             due = min(due, self._began + HEADER_TIMEOUT)
-        elif self.idle():
+        elif self.idle() and not (self._lingering or self._dropping):  # _linger ends those
             if now >= self._idle_since + IDLE_TIMEOUT:
                 self.force_close()
                 return
             due = min(due, self._idle_since + IDLE_TIMEOUT)
         self._timer = self._loop.call_at(due, self._watch)
+
+
+def _unread(transport: asyncio.Transport | None) -> bool:
+    """Whether the kernel holds bytes of this connection that the loop has not read."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return False
+    try:
+        held = fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(4))
+    except OSError:  # closed under it: nothing more comes
+        return False
+    return bool(struct.unpack("i", held)[0])
 
 
 def _problem(exc: BaseException | None) -> str:
