@@ -236,11 +236,8 @@ class Runtime:
     def ended(self, cid: str) -> Ended | None:
         """Container ``cid``'s exit as its State keeps it, once it has ended (None: still
         running or starting, gone, or the runtime does not answer)."""
-        fmt = "{{.State.Status}}|{{.State.ExitCode}}|{{.State.OOMKilled}}"
-        try:
-            done = self.call("container", "inspect", "--format", fmt, cid,
-                             timeout=PUBLISHER_TIMEOUT)  # fmt: skip
-        except ContainerError:
+        done = self._look(cid, "{{.State.Status}}|{{.State.ExitCode}}|{{.State.OOMKilled}}")
+        if done is None:
             return None
         status, code, oom = [*done.stdout.strip().split("|"), "", ""][:3]
         if done.returncode != 0 or status not in ENDED or not code.lstrip("-").isdigit():
@@ -249,12 +246,16 @@ class Runtime:
 
     def _removed(self, cid: str) -> bool:
         """The runtime answers that it has no container ``cid`` (any more)."""
+        done = self._look(cid, "{{.Id}}")
+        return done is not None and done.returncode != 0 and gone(done.stderr)
+
+    def _look(self, name: str, fmt: str) -> subprocess.CompletedProcess[str] | None:
+        """``container inspect`` of ``name`` in ``fmt``, briefly (None: no answer)."""
         try:
-            done = self.call("container", "inspect", "--format", "{{.Id}}", cid,
+            return self.call("container", "inspect", "--format", fmt, name,
                              timeout=PUBLISHER_TIMEOUT)  # fmt: skip
         except ContainerError:
-            return False
-        return done.returncode != 0 and gone(done.stderr)
+            return None
 
     def _died(self, cid: str, since: float) -> int | None:
         """The exit code of ``cid``'s last end after ``since`` in the runtime's events."""
@@ -276,11 +277,8 @@ class Runtime:
         """Remove the container named ``name`` if it has ended (any state but running)
         and is ``ours``; whether nothing of ours by that name is left (False: it runs, or
         the runtime does not answer: asked again later). Another's is never touched."""
-        fmt = "{{.State.Status}}|{{json .Config.Labels}}|{{json .Config.Env}}"
-        try:
-            done = self.call("container", "inspect", "--format", fmt, name,
-                             timeout=PUBLISHER_TIMEOUT)  # fmt: skip
-        except ContainerError:
+        done = self._look(name, "{{.State.Status}}|{{json .Config.Labels}}|{{json .Config.Env}}")
+        if done is None:
             return False
         if done.returncode != 0:
             return gone(done.stderr)

@@ -343,6 +343,28 @@ def test_an_engine_stopped_by_a_restarted_dockerd_is_reported_with_its_code(
 EXITS_3 = [*EXITS_7[:-1], EXITS_7[-1].replace("exit 7", "exit 3")]
 
 
+def _ready_then_dockerd_killed(
+    rc: Reconcile, own_docker: OwnDocker, name: str, tmp_path: Path
+) -> tuple[int, str, Path, Path]:
+    """Deployment ``name`` (exits 3 once its flag folder holds `stop`) Ready on a
+    private dockerd, then dockerd SIGKILLed and its `run` ended: the engine's pid, its
+    container, its exit file and its flag folder."""
+    engine = own_docker.engine
+    rc.env.update(engine.env)
+    flag = tmp_path / "flag"
+    flag.mkdir()
+    write(rc, engine, name, command=EXITS_3, restartPolicy="Never",
+          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
+    rc.converge()
+    record = rc.record(name)
+    assert record is not None and record["phase"] == "Ready", record
+    pid, cid = record["ref"]["pid"], record["container"]["id"]
+    rc_file = exit_file(str(rc.state.resolve()), name, record["nonce"])
+    own_docker.kill()
+    rc.wait_for(lambda: exit_status(rc_file) is not None, timeout=30, what="the `run` ended")
+    return pid, cid, rc_file, flag
+
+
 def test_an_engine_that_exits_while_dockerd_is_down_is_reported_with_its_code(
     reconcile: Reconcile, own_docker: OwnDocker, tmp_path: Path
 ) -> None:
@@ -351,18 +373,7 @@ def test_an_engine_that_exits_while_dockerd_is_down_is_reported_with_its_code(
     the restarted dockerd remove the container, its code with it: `code unknown`. The
     container stays until the pass has read its State (code 3), then it is removed."""
     rc, engine = reconcile, own_docker.engine
-    rc.env.update(engine.env)
-    flag = tmp_path / "flag"
-    flag.mkdir()
-    write(rc, engine, "coded", command=EXITS_3, restartPolicy="Never",
-          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
-    rc.converge()
-    record = rc.record("coded")
-    assert record is not None and record["phase"] == "Ready", record
-    pid, cid = record["ref"]["pid"], record["container"]["id"]
-    rc_file = exit_file(str(rc.state.resolve()), "coded", record["nonce"])
-    own_docker.kill()
-    rc.wait_for(lambda: exit_status(rc_file) is not None, timeout=30, what="the `run` ended")
+    pid, cid, rc_file, flag = _ready_then_dockerd_killed(rc, own_docker, "coded", tmp_path)
     assert exit_status(rc_file) == 125 and os.path.exists(f"/proc/{pid}")  # it runs on
     (flag / "stop").touch()
     rc.wait_gone(pid, timeout=60)  # ended while dockerd is down
@@ -391,18 +402,7 @@ def test_an_exit_read_while_dockerd_was_down_is_read_again_once_it_answers(
     file is kept; the next pass, dockerd back, reads the container's State into the
     record (code 3) and removes it; nothing is left."""
     rc, engine = reconcile, own_docker.engine
-    rc.env.update(engine.env)
-    flag = tmp_path / "flag"
-    flag.mkdir()
-    write(rc, engine, "kept", command=EXITS_3, restartPolicy="Never",
-          container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
-    rc.converge()
-    record = rc.record("kept")
-    assert record is not None and record["phase"] == "Ready", record
-    pid, cid = record["ref"]["pid"], record["container"]["id"]
-    rc_file = exit_file(str(rc.state.resolve()), "kept", record["nonce"])
-    own_docker.kill()
-    rc.wait_for(lambda: exit_status(rc_file) is not None, timeout=30, what="the `run` ended")
+    pid, cid, rc_file, flag = _ready_then_dockerd_killed(rc, own_docker, "kept", tmp_path)
     (flag / "stop").touch()
     rc.wait_gone(pid, timeout=60)
     rc.once(check=None)  # dockerd down: no code to read, no container removed

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from test_rolling import GATED, GPU, roll
+from test_rolling import GATED, GPU, roll, rolled_to_a_held_next
 
 from controller.core.manifest.names import next_name
 
@@ -89,14 +89,9 @@ def test_a_dead_engines_pooled_connection_moves_the_request_to_another_replica(
 def test_a_dead_old_engines_pooled_connection_waits_for_the_rolls_next(
     reconcile: Any, gateway: Any
 ) -> None:
-    loaded = reconcile.tmp / "loaded"  # until it exists, the new version loads
     roll(reconcile, "3")
     g = gateway()
-    old_pid = g.wait_phase("roll", "Ready")["pid"]
-    command = [sys.executable, "-c", GATED, str(loaded), *reconcile.demo_command(chunks="4")]
-    probe = {"httpGet": {"path": "/health"}, "deadlineSeconds": 300, "periodSeconds": 0.2}
-    reconcile.write("roll", devices=GPU, strategy="RollingUpdate", command=command, readiness=probe)
-    nxt_pid = g.wait_phase(next_name("roll"), "Starting")["pid"]
+    old_pid, nxt_pid, loaded = rolled_to_a_held_next(reconcile, g)
     first = g.post("roll")
     assert served_by(first) == f"pid-{old_pid}", first
     os.kill(old_pid, signal.SIGKILL)

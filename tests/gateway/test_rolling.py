@@ -39,6 +39,19 @@ def roll(reconcile: Any, version: str) -> None:
     reconcile.write("roll", devices=GPU, strategy="RollingUpdate", command=command)
 
 
+def rolled_to_a_held_next(reconcile: Any, g: Any) -> tuple[int, int, Path]:
+    """``roll`` Ready, then rolled to a ``@next`` that loads until the file returned
+    exists: the old engine's pid, the ``@next``'s (Starting), the file."""
+    loaded = reconcile.tmp / "loaded"
+    old_pid = g.wait_phase("roll", "Ready")["pid"]
+    command = [sys.executable, "-c", GATED, str(loaded), *reconcile.demo_command(chunks="4")]
+    # Its deadline outlasts the handover at any load: a retried `@next` is another start.
+    probe = {"httpGet": {"path": "/health"}, "deadlineSeconds": 300, "periodSeconds": 0.2}
+    reconcile.write("roll", devices=GPU, strategy="RollingUpdate", command=command, readiness=probe)
+    nxt_pid = g.wait_phase(next_name("roll"), "Starting")["pid"]
+    return old_pid, nxt_pid, loaded
+
+
 def new_engine_ready(reconcile: Any, old_pid: int) -> int:
     """Wait for ``roll`` to be Ready on a new engine with no ``@next`` left; its pid."""
 
@@ -331,17 +344,11 @@ def test_an_old_engine_dead_mid_update_hands_over_to_next_and_starts_nothing(
     # second start of the new model (minutes of GPU time on a real engine), stopped as
     # soon as the `@next` was promoted. Now the `@next` takes the name at once and is the
     # one engine that starts; requests sent after the crash wait for it, and none fails.
-    # (None goes to the old engine first: one it was answering would die with it, and
-    # one sent after on the gateway's kept-alive connection to it is answered 502.)
-    loaded = reconcile.tmp / "loaded"  # until it exists, the new version loads
+    # (None goes to the old engine first: one it was answering would die with it;
+    # tests/gateway/test_dead_connection.py holds one sent after on its pooled connection.)
     roll(reconcile, "3")
     g = gateway()
-    old_pid = g.wait_phase("roll", "Ready")["pid"]
-    command = [sys.executable, "-c", GATED, str(loaded), *reconcile.demo_command(chunks="4")]
-    # Its deadline outlasts the handover at any load: a retried `@next` is another start.
-    probe = {"httpGet": {"path": "/health"}, "deadlineSeconds": 300, "periodSeconds": 0.2}
-    reconcile.write("roll", devices=GPU, strategy="RollingUpdate", command=command, readiness=probe)
-    nxt_pid = g.wait_phase(next_name("roll"), "Starting")["pid"]
+    old_pid, nxt_pid, loaded = rolled_to_a_held_next(reconcile, g)
     nonces = {n: (reconcile.record(n) or {}).get("nonce") for n in ("roll", "roll@next")}
     os.kill(old_pid, signal.SIGKILL)
     reconcile.wait_gone(old_pid)
