@@ -25,7 +25,7 @@ from strategies import entry, record
 from controller.core.state import Phase
 
 NEW_KEYS = {"replicas", "ready_replicas", "instances", "observed_at", "conditions"}
-NEW_KEYS |= {"restarts_total", "worst_phase"}
+NEW_KEYS |= {"restarts_total", "worst_phase", "node_conditions"}
 INSTANCE_KEYS = {"replica", "phase", "pid", "port", "host", "node", "devices", "restarts"}
 INSTANCE_KEYS |= {"message"}
 NAMES = ["web", "web@1", "web@2"]
