@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.host import cgroups
+from controller.store.config import stateid
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 ENGINE = HERE / "engine.py"
@@ -168,6 +171,9 @@ def workspace(tag: str) -> Iterator[Workspace]:
         yield ws
     finally:
         kill_marked(f"{ws.node}/")
+        known = stateid.peek(ws.state) if ws.state.is_dir() else None
+        if known is not None:  # its engines were killed by marker: no teardown cleared them
+            cgroups.clear(known, 20.0)
         keep_logs(root, f"{tag}-{_counter}")
         shutil.rmtree(root, ignore_errors=True)
 

@@ -128,12 +128,9 @@ def kill_cgroups(state: Path, timeout: float = 30.0) -> None:
     from controller.host import cgroups
     from controller.store.config import stateid
 
-    at, known = cgroups.parent(), stateid.peek(state) if state.is_dir() else None
-    if at is None or known is None:
-        return
-    for cg in at.glob(f"{cgroups.PREFIX}{known}-*"):
-        cgroups.kill(cg, time.monotonic() + timeout)
-        cgroups.remove(cg)
+    known = stateid.peek(state) if state.is_dir() else None
+    if known is not None:
+        cgroups.clear(known, timeout)
 
 
 def wait_gone(pid: int, timeout: float = 10.0) -> None:

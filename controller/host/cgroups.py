@@ -134,6 +134,19 @@ def kill(cg: Path, deadline: float) -> bool:
     return not members(cg)
 
 
+def clear(state_id: str, timeout: float) -> None:
+    """Kill and remove every engine cgroup of the state dir ``state_id`` under
+    ``parent()``: the cleanup of a harness that killed its engines by their marker, so
+    no teardown removed their cgroups (a teardown clears its own run's)."""
+    at = parent()
+    if at is None:
+        return
+    deadline = time.monotonic() + timeout
+    for cg in at.glob(f"{PREFIX}{state_id}-*"):
+        kill(cg, deadline)
+        remove(cg)
+
+
 def leftovers(at: Path, state_id: str, noted: set[str], settle: float) -> list[Path]:
     """This state dir's engine cgroups under ``at`` that no note names, hold no process
     and were made ``settle`` seconds ago or more (a spawn beside us may be about to
