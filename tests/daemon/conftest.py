@@ -9,6 +9,7 @@ sweep. Tests end with ``finish()``: a clean SIGTERM (exit 0) and ``reconcile dow
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -70,7 +71,22 @@ class Daemon:
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         self.proc.send_signal(sig)
-        return self.proc.wait(timeout=WAIT)
+        try:
+            return self.proc.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            said = f"daemon not ended {WAIT:.0f} s after {sig!r}; its threads (faulthandler)"
+            raise AssertionError(f"{said}:\n{self.threads()}") from None
+
+    def threads(self) -> str:
+        """Abort the daemon: faulthandler (``PYTHONFAULTHANDLER``, set for every daemon
+        these tests start) writes each thread's stack to its log, whose end this returns:
+        a stop that hangs is found from its stacks, not guessed at (a CI run's
+        test_a_deleted_file_goes_away, once, at load)."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5.0)
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-120:])
 
 
 class Daemons:
@@ -82,8 +98,9 @@ class Daemons:
         log = self.rc.tmp / f"daemon-{len(self.started)}.log"
         with open(log, "wb") as err:
             proc = self.rc.daemon(
-                "-v", "--resync", resync, *args, stderr=err, env={**self.rc.env, **(env or {})}
-            )
+                "-v", "--resync", resync, *args, stderr=err,
+                env={**self.rc.env, "PYTHONFAULTHANDLER": "1", **(env or {})},
+            )  # fmt: skip
         daemon = Daemon(self.rc, proc, log)
         self.started.append(daemon)
         return daemon
