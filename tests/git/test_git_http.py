@@ -91,15 +91,24 @@ def test_a_url_s_token_is_on_no_command_line_while_git_fetches(
     its environment: the fetch goes through, and no process's command line holds it."""
     applied = remote.deploy("alpha")
     server = Watched(remote.bare.parent, "tess", TOKEN_SEEN)
+    _once_from_node_yaml(reconcile, server, server.url("remote.git", "tess", TOKEN_SEEN),
+                         applied, TOKEN_SEEN)  # fmt: skip
+
+
+def _once_from_node_yaml(
+    reconcile: Any, server: Watched, url: str, applied: str, secret: str
+) -> None:
+    """A `--once` following node.yaml's git ``url`` applies ``applied``, while ``server``
+    saw no git command line carrying the credential and the output never says
+    ``secret``; then `down`, and the server stopped."""
     try:
         reconcile.state.mkdir(parents=True, exist_ok=True)
-        url = server.url("remote.git", "tess", TOKEN_SEEN)
         (reconcile.state / "node.yaml").write_text(f"git:\n  url: {url}\n  path: manifests\n")
         node = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
         out = reconcile("--once", *node, "--devices", reconcile.devices, common=False, check=0)
         assert server.requests >= 2 and server.shown == [], (server.shown, out)
         assert reconcile.record("alpha")["revision"] == applied, out
-        assert TOKEN_SEEN not in out.out + out.err, out
+        assert secret not in out.out + out.err, out
         reconcile("down", *node, common=False, check=0)
     finally:
         server.stop()
@@ -114,18 +123,8 @@ def test_a_token_given_as_the_url_s_user_is_on_no_command_line_while_git_fetches
     applied = remote.deploy("alpha")
     token = f"tok-{uuid.uuid4().hex}"
     server = Watched(remote.bare.parent, token, "", seen=token)
-    try:
-        reconcile.state.mkdir(parents=True, exist_ok=True)
-        url = f"http://{token}@127.0.0.1:{server.port}/remote.git"
-        (reconcile.state / "node.yaml").write_text(f"git:\n  url: {url}\n  path: manifests\n")
-        node = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
-        out = reconcile("--once", *node, "--devices", reconcile.devices, common=False, check=0)
-        assert server.requests >= 2 and server.shown == [], (server.shown, out)
-        assert reconcile.record("alpha")["revision"] == applied, out
-        assert token not in out.out + out.err, out
-        reconcile("down", *node, common=False, check=0)
-    finally:
-        server.stop()
+    _once_from_node_yaml(reconcile, server, f"http://{token}@127.0.0.1:{server.port}/remote.git",
+                         applied, token)  # fmt: skip
 
 
 def test_a_url_s_user_alone_still_asks_the_user_s_credential_helper_for_that_user(
