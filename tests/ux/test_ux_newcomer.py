@@ -208,6 +208,20 @@ def test_a_state_dir_that_is_a_file_is_a_usage_error_naming_it(reconcile: Any, v
     assert afile.read_text() == "not: a folder\n" and not reconcile.state.exists()
 
 
+def test_a_wait_that_times_out_says_where_each_stands_and_what_next(reconcile: Any) -> None:
+    """`--once --wait --timeout 3s` on an engine still loading said `reconcile: timed out
+    waiting for slow`: not where it stood, that it goes on, or what to do next."""
+    rc = reconcile
+    slow = {"httpGet": {"path": "/health"}, "deadlineSeconds": 300}
+    rc.write("slow", basePort=rc.port, command=["sleep", "300"], readiness=slow)
+    result = rc("--once", "--wait", "--timeout", "2s", check=1)
+    said = "timed out waiting for slow (Starting) after 2s (--timeout): the engines go on"
+    assert said in result.err, result
+    assert "`reconcile status` shows where they stand, `reconcile logs NAME` why" in result.err
+    assert rc.record("slow")["phase"] == "Starting"  # the wait ended, not the engine
+    rc.down()
+
+
 def test_a_timeout_without_wait_is_a_usage_error_not_a_limit_given_in_vain(
     reconcile: Any,
 ) -> None:
