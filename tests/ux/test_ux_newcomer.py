@@ -209,14 +209,19 @@ def test_a_state_dir_that_is_a_file_is_a_usage_error_naming_it(reconcile: Any, v
 
 
 def test_a_wait_that_times_out_says_where_each_stands_and_what_next(reconcile: Any) -> None:
-    """`--once --wait --timeout 3s` on an engine still loading said `reconcile: timed out
-    waiting for slow`: not where it stood, that it goes on, or what to do next."""
+    """`--once --wait --timeout 3s` on an engine still loading, and one whose program is
+    not there, said `reconcile: timed out waiting for slow, typo`: not where each stood
+    (nor why the back-off), that they go on, or what to do next."""
     rc = reconcile
     slow = {"httpGet": {"path": "/health"}, "deadlineSeconds": 300}
     rc.write("slow", basePort=rc.port, command=["sleep", "300"], readiness=slow)
+    rc.write("typo", basePort=rc.port + 1, command=["nosuchbinary"])
     result = rc("--once", "--wait", "--timeout", "2s", check=1)
-    said = "timed out waiting for slow (Starting) after 2s (--timeout): the engines go on"
-    assert said in result.err, result
+    said = ") after 2s (--timeout): the engines go on"
+    assert "timed out waiting for slow (Starting), typo (BackOff: cannot exec 'nosuchbinary'" in (
+        result.err
+    ), result
+    assert "correct spec.command[0]" in result.err and said in result.err, result
     assert "`reconcile status` shows where they stand, `reconcile logs NAME` why" in result.err
     assert rc.record("slow")["phase"] == "Starting"  # the wait ended, not the engine
     rc.down()

@@ -206,7 +206,8 @@ def _waited(result: PassResult) -> str:
     out = []
     for rec in result.ours():
         if rec.phase not in (Phase.READY, Phase.IDLE):
-            out.append(f"{rec.name} ({rec.phase})")
+            said = f": {printable(rec.message)}" if rec.message else ""  # a back-off's why
+            out.append(f"{rec.name} ({rec.phase}{said})")
         elif result.specs.get(base_name(rec.name), rec.spec_hash) != rec.spec_hash:
             out.append(f"{rec.name} (its new spec)")
     return ", ".join(out)
