@@ -567,3 +567,44 @@ def test_a_pull_whose_state_dir_is_swapped_mid_way_stops_writing_and_says_why_on
     log = (first.folder / "pull.log").read_text()
     assert log.count("pull stopped:") == 1, log
     assert f"{state} is no longer the state dir that started it" in log
+
+
+def test_a_hub_pull_whose_state_dir_is_swapped_mid_way_stops_and_leaves_the_new_one_alone(
+    tmp_path: Path,
+) -> None:
+    """The hub's download runs in the library's threads, metered by a watcher: the swap
+    is seen by the watcher's look, which stops the library as a full disk does. Nothing
+    lands in the new state dir, its own files of that entry left as they were."""
+    state, moved = tmp_path / "state", tmp_path / "moved"
+    state.mkdir()
+    stateid.ensure(state)
+    data = os.urandom(3 * MB)
+    source = Source.model_validate({"huggingFace": {"repo": "acme/tiny"}})
+    job = Job(source=source, cache=state / "models", state_dir=state, deployments=("web",))
+    entry = entry_of(job)
+    try:
+        with HubServer("acme/tiny", {"model.gguf": data}, hold=MB) as hub:
+            settings = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf")}
+            pid = launch.spawn(job, settings)
+            wait_for(lambda: hub.sent >= MB, timeout=60, what="a first MB sent")
+            state.rename(moved)
+            theirs = entry.folder / "files" / "notes.txt"  # the other state dir's own
+            theirs.parent.mkdir(parents=True)
+            theirs.write_text("theirs")
+            new_id = stateid.ensure(state)
+            log = moved / "models" / entry.key / "pull.log"
+            wait_for(lambda: "pull stopped:" in log.read_text(), timeout=60, what="the stop")
+            hub.release()
+            wait_for(lambda: not alive(pid), timeout=120, what="the pull process to exit")
+    finally:
+        kill_marked(str(state / "models"), marker=launch.MARKER)
+        kill_marked(str(moved / "models"), marker=launch.MARKER)
+    assert sorted(p.name for p in state.iterdir()) == ["id", "models"], "no journal there"
+    assert [p.name for p in entry.folder.iterdir()] == ["files"], "no progress or result"
+    assert [p.name for p in theirs.parent.iterdir()] == ["notes.txt"] and stateid.peek(
+        state
+    ) == new_id
+    said = log.read_text()
+    assert said.count("pull stopped:") == 1 and "Traceback" not in said, said
+    first = CacheEntry.of(moved / "models", job.source.key)
+    assert first.result() is None and not Journal(moved).read("web")
