@@ -44,10 +44,6 @@ def _pull(job: Job, entry: CacheEntry, watch: StateWatch) -> int:
         meter.flush(force=True)
         with meter.ticking():
             done = _fetch(job, entry, meter, watch)
-        seconds = round(time.monotonic() - started, 3)
-        watch.check()  # before the record that makes the model usable, and its journal
-        entry.write_result({"status": "done", **done, "seconds": seconds, "at": _now()})
-        _journal(job, watch, "done", sha256=done["sha256"], seconds=seconds)
     except Swapped:
         return 1  # its log says why; nothing more is written where it would land
     except PullError as exc:
@@ -56,6 +52,20 @@ def _pull(job: Job, entry: CacheEntry, watch: StateWatch) -> int:
     except Exception as exc:  # never a traceback for a person: what, and where it went
         _failed(job, entry, watch, "error", f"{type(exc).__name__}: {exc}", attempts + 1)
         return 1
+    return _done(job, entry, watch, done, round(time.monotonic() - started, 3))
+
+
+def _done(
+    job: Job, entry: CacheEntry, watch: StateWatch, done: dict[str, Any], seconds: float
+) -> int:
+    """The record that makes the model usable, then its journal: each only while the state
+    dir is the pull's own (a write that fails here is no failed pull: the file is there)."""
+    try:
+        watch.check()
+        entry.write_result({"status": "done", **done, "seconds": seconds, "at": _now()})
+        _journal(job, watch, "done", sha256=done["sha256"], seconds=seconds)
+    except Swapped:
+        return 1  # its log says why
     return 0
 
 
