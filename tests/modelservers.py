@@ -151,15 +151,25 @@ class HubServer:
     """One repo (``repo``) at one commit, holding ``files``; ``gated``: a request without
     a token gets the hub's 401 with ``X-Error-Code: GatedRepo``; ``endless``: a file's GET
     streams its bytes over and over, with no Content-Length, until the client goes (a
-    mirror that sends more than its listing says)."""
+    mirror that sends more than its listing says); ``hold``: a file's GET sends that many
+    bytes, then waits for :meth:`release` (a pull caught mid-way)."""
 
     def __init__(
-        self, repo: str, files: dict[str, bytes], *, gated: bool = False, endless: bool = False
+        self,
+        repo: str,
+        files: dict[str, bytes],
+        *,
+        gated: bool = False,
+        endless: bool = False,
+        hold: int | None = None,
     ) -> None:
         self.repo = repo
         self.files = files
         self.gated = gated
         self.endless = endless
+        self.hold_at = hold
+        self.released = threading.Event()
+        self.sent = 0  # bytes a file's GET sent
         self.streamed = 0  # bytes an endless GET sent
         self._closing = threading.Event()
         self.downloads: list[str] = []  # file names GET /resolve sent in full or in part
@@ -242,7 +252,20 @@ class HubServer:
         handler.end_headers()
         if body:
             self.downloads.append(name)
-            handler.wfile.write(data[start:])
+            self._send(handler, data[start:])
+
+    def release(self) -> None:
+        self.released.set()
+
+    def _send(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        held = len(body) if self.hold_at is None else self.hold_at
+        with contextlib.suppress(OSError):  # the client went away (a pull stopped mid-way)
+            handler.wfile.write(body[:held])
+            handler.wfile.flush()
+            self.sent += len(body[:held])
+            if held < len(body):
+                self.released.wait()
+                handler.wfile.write(body[held:])
 
     def _stream(self, handler: BaseHTTPRequestHandler, data: bytes) -> None:
         with contextlib.suppress(OSError):
@@ -256,6 +279,7 @@ class HubServer:
 
     def __exit__(self, *exc: object) -> None:
         self._closing.set()
+        self.released.set()
         self._server.shutdown()
         self._server.server_close()
 

@@ -117,6 +117,24 @@ def path_given(text: str) -> str:
     return text
 
 
+def state_folder(text: str) -> str:
+    """A state dir is a folder, made where missing: one that is a file (or under one, a
+    typo: `--state-dir manifests/demo.yaml`) went on into every verb, which said "I/O
+    error: ...: Not a directory. Fix the disk or permissions", the wrong next move."""
+    import os.path
+
+    path = os.path.abspath(os.path.expanduser(text))
+    there = path
+    while not os.path.lexists(there) and os.path.dirname(there) != there:
+        there = os.path.dirname(there)
+    if os.path.isdir(there):
+        return text
+    where = "is a file" if there == path else f"lies under {there}, which is a file"
+    raise argparse.ArgumentTypeError(
+        f"{path} {where}, not a folder: name the state dir's folder (made if missing)"
+    )
+
+
 def node_name(text: str) -> str:
     """A node's name names a folder of records: no '/'."""
     if "/" in text:
@@ -630,6 +648,7 @@ def _check_environment(parser: Parser, args: argparse.Namespace) -> None:
         (args.devices, "--devices", "RECONCILE_DEVICES", parse_static),
         (args.max_instances, "--max-instances", "RECONCILE_MAX_INSTANCES", max_instances),
         (args.node, "--node", "RECONCILE_NODE", node_name),
+        (args.state_dir, "--state-dir", "RECONCILE_STATE_DIR", state_folder),
     )
     for flag, name, variable, check in checks:
         text = flag if flag is not None else os.environ.get(variable)

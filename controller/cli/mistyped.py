@@ -44,6 +44,12 @@ HABITS = {
     "scale": "set `spec.replicas` in the manifest (or `spec.autoscale`): the next pass applies it",
     "edit": "edit the manifest file (`reconcile describe NAME` names it): the next pass applies it",
     "rollout": "`reconcile restart NAME` (rollout restart), `reconcile --once --wait` (status)",
+    # kubectl's and docker's: a manifest's fields, a model fetched ahead, an object's detail
+    "explain": "`reconcile schema` (every manifest field, its type and description; README"
+    ' "A manifest" has them as a table)',
+    "pull": "a pass pulls `spec.source` itself before the engine starts: `reconcile --once"
+    " --wait` shows its progress, `reconcile models` the model cache",
+    "inspect": "`reconcile describe NAME` (`-o json` for the whole record)",
 }
 # kubectl's flags and reconcile's way to do what they do.
 FLAG_HABITS = {

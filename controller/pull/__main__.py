@@ -10,7 +10,8 @@ import os
 import sys
 
 from controller.pull.job import JOB_ENV, Job
-from controller.pull.worker import replaced, run
+from controller.pull.statewatch import StateWatch
+from controller.pull.worker import run
 
 
 def main(argv: list[str]) -> int:
@@ -22,11 +23,10 @@ def main(argv: list[str]) -> int:
         )
         return 64
     job = Job.from_json(text)
-    why = replaced(job)
-    if why is not None:
-        print(why, file=sys.stderr)
+    watch = StateWatch.of(job)
+    if not watch.holds():  # it said why, in the pull's log
         return 1
-    return run(job)
+    return run(job, watch)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ HF_ENDPOINT) that streams more than the hub's listing said could fill the disk. 
 watcher that meters progress also guards it: past the listed size (plus a slack), or
 below the free-space reserve, it drops the partial files and signals the main thread,
 which raises the reason (the pull process then exits at once, the library's download
-threads with it: ``python -m controller.pull`` ends with ``os._exit``).
+threads with it: ``python -m controller.pull`` ends with ``os._exit``). A state dir
+swapped under the pull (the meter's ``Swapped``) stops it the same way, its files left.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from controller.core.manifest.sources import HuggingFace
 from controller.pull.job import Bounds, PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.meter import EVERY, ProgressMeter
+from controller.pull.statewatch import Swapped
 from controller.store.models.modelcache import CacheEntry
 
 
@@ -126,11 +128,15 @@ class Guard:
         while not self.done.wait(EVERY):
             if self.reason is None:
                 under = _bytes_under(self.local)
-                meter.set(min(under, self.total), self.total)
-                self.reason = self._check(under)
-                if self.reason is None:
-                    continue
-                _drop_partials(self.local)
+                try:
+                    meter.set(min(under, self.total), self.total)
+                except Swapped as swapped:  # its files are not to be touched by path now
+                    self.reason = swapped
+                else:
+                    self.reason = self._check(under)
+                    if self.reason is None:
+                        continue
+                    _drop_partials(self.local)
             # Each turn until the main thread is out: the library's thread pool waits for
             # its download threads on the way out, and only another signal breaks that.
             if main:

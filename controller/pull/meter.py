@@ -3,11 +3,14 @@
 Written at most every ``EVERY`` seconds (and at the end), so a fast download spends
 its time on bytes, not on rewriting a file ``status`` reads; while :meth:`ProgressMeter.ticking`
 a thread writes the last figure too, so a download that stalls mid-way shows where it
-stands (and its rate falling) instead of the figure of its last fast read.
+stands (and its rate falling) instead of the figure of its last fast read. Each write
+looks first at the state dir (``StateWatch``): swapped, it writes nothing, the ticker
+ends and the download's own next figure raises ``Swapped``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -16,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from controller.core.pulls import PullProgress
+from controller.pull.statewatch import StateWatch, Swapped
 from controller.store.models.modelcache import CacheEntry, utcnow
 
 EVERY = 0.5  # seconds between progress writes
@@ -23,8 +27,9 @@ WINDOW = 5.0  # seconds the rate is measured over
 
 
 class ProgressMeter:
-    def __init__(self, entry: CacheEntry) -> None:
+    def __init__(self, entry: CacheEntry, watch: StateWatch | None = None) -> None:
         self.entry = entry
+        self.watch = watch or StateWatch.none()
         self.done = 0
         self.total: int | None = None
         self.started_at = utcnow()
@@ -57,8 +62,9 @@ class ProgressMeter:
         stop = threading.Event()
 
         def tick() -> None:
-            while not stop.wait(EVERY):
-                self.flush()
+            with contextlib.suppress(Swapped):  # the download's next figure raises it
+                while not stop.wait(EVERY):
+                    self.flush()
 
         ticker = threading.Thread(target=tick, name="pull-meter", daemon=True)
         ticker.start()
@@ -76,6 +82,7 @@ class ProgressMeter:
         now = time.monotonic()
         if not force and now - self._written < EVERY:
             return
+        self.watch.check()
         self._samples.append((now, self.done))
         while len(self._samples) > 2 and now - self._samples[0][0] > WINDOW:
             self._samples.popleft()

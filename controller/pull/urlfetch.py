@@ -21,6 +21,7 @@ from controller.pull.hashing import Hasher
 from controller.pull.httpget import open_at, start_of, total_of
 from controller.pull.job import Bounds, PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.meter import ProgressMeter
+from controller.pull.statewatch import StateWatch, Swapped
 from controller.pull.writeback import Writeback
 from controller.redact import redact_url
 from controller.store import diskspace
@@ -32,12 +33,21 @@ MIN_RATE = 1000  # bytes/s over the stall window: a trickle below it is a stall
 
 
 def fetch_url(
-    url: str, sha256: str, entry: CacheEntry, *, bounds: Bounds, meter: ProgressMeter
+    url: str,
+    sha256: str,
+    entry: CacheEntry,
+    *,
+    bounds: Bounds,
+    meter: ProgressMeter,
+    watch: StateWatch | None = None,
 ) -> dict[str, Any]:
-    """Download into ``<file>.partial`` (resuming what is there), check, rename."""
+    """Download into ``<file>.partial`` (resuming what is there), check, rename (only
+    while ``watch`` finds the state dir the pull's own: no file takes its name in another)."""
     partial = entry.folder / f"{file_name(url)}.partial"
     try:
-        return _fetch(url, sha256, entry, bounds, meter)
+        return _fetch(url, sha256, entry, bounds, meter, watch or StateWatch.none())
+    except Swapped:
+        raise  # nothing more written: not even the figure a retry starts from
     except PullError:
         # What a retry resumes from: nothing when the partial was dropped (a wrong
         # sha256, a range from another byte, a full disk), not the bytes last counted.
@@ -46,7 +56,12 @@ def fetch_url(
 
 
 def _fetch(
-    url: str, sha256: str, entry: CacheEntry, bounds: Bounds, meter: ProgressMeter
+    url: str,
+    sha256: str,
+    entry: CacheEntry,
+    bounds: Bounds,
+    meter: ProgressMeter,
+    watch: StateWatch,
 ) -> dict[str, Any]:
     name = file_name(url)
     where = redact_url(url)  # what messages say: never a token
@@ -67,6 +82,7 @@ def _fetch(
     finally:
         hasher.close()
     digest = hasher.hexdigest()
+    watch.check()  # before the partial is dropped or takes its name: by path, both
     if digest != sha256:
         partial.unlink(missing_ok=True)
         raise PullError(

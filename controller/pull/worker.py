@@ -6,7 +6,7 @@ waits here and then finds it done (two deployments of one file download it once)
 
 from __future__ import annotations
 
-import os
+import contextlib
 import sys
 import time
 from typing import Any
@@ -14,81 +14,83 @@ from typing import Any
 from controller.core.pulls import FailureKind
 from controller.pull.hubfetch import fetch_hub
 from controller.pull.job import Job, PullError
-from controller.pull.launch import STATE_ID
 from controller.pull.meter import ProgressMeter
+from controller.pull.statewatch import StateWatch, Swapped
 from controller.pull.urlfetch import fetch_url
 from controller.redact import redact_url
-from controller.store.config import stateid
 from controller.store.instances.events import Journal
 from controller.store.models.modelcache import CacheEntry, utcnow
 
 
-def run(job: Job) -> int:
-    """0 when the files are in the cache, 1 when this pull failed (its result says why)."""
+def run(job: Job, watch: StateWatch | None = None) -> int:
+    """0 when the files are in the cache, 1 when this pull failed (its result says why)
+    or stopped because its state dir was swapped (``watch``: its log says why)."""
+    watch = watch or StateWatch.none()
     entry = CacheEntry.of(job.cache, job.source.key)
     entry.ensure()
     with entry.lock.hold(timeout=None):
         if entry.model_path() is not None:
             return 0  # a pull we waited for finished it
-        return _pull(job, entry)
+        return _pull(job, entry, watch)
 
 
-def replaced(job: Job) -> str | None:
-    """Why the pull process a pass started writes nothing: the folder at its state dir's
-    path is another state dir's now, or none's (its disk unmounted, the folder left
-    empty), since that pass. Its first write made its cache entry's folders there: a cold
-    start on a loaded box came after the swap (tests/integration/test_state_id.py). A Ray
-    node's pull (a thread, in its own node folder) has no such id to check."""
-    ours = os.environ.get(STATE_ID)
-    if not ours:
-        return None  # started by hand, or by a state dir with no id yet
-    now = stateid.peek(job.state_dir)
-    if now == ours:
-        return None
-    return (
-        f"pull not started: {job.state_dir} is no longer the state dir that started it "
-        f"(its id is {now or 'missing'}, not {ours}); nothing written. Put the state dir "
-        "back (mount its disk) and run again: its next pass starts the pull anew"
-    )
-
-
-def _pull(job: Job, entry: CacheEntry) -> int:
+def _pull(job: Job, entry: CacheEntry, watch: StateWatch) -> int:
     # A failed result stays until this attempt's own outcome replaces it: the pass that
     # started the retry still sees how many failed before (``--once`` exits 1 on a loop).
     attempts = _failures_so_far(entry, job.source.origin)
-    meter = ProgressMeter(entry)
-    meter.flush(force=True)
+    meter = ProgressMeter(entry, watch)
     started = time.monotonic()
     try:
+        meter.flush(force=True)
         with meter.ticking():
-            done = _fetch(job, entry, meter)
+            done = _fetch(job, entry, meter, watch)
+    except Swapped:
+        return 1  # its log says why; nothing more is written where it would land
     except PullError as exc:
-        _failed(job, entry, exc.kind, str(exc), attempts + 1)
+        _failed(job, entry, watch, exc.kind, str(exc), attempts + 1)
         return 1
     except Exception as exc:  # never a traceback for a person: what, and where it went
-        _failed(job, entry, "error", f"{type(exc).__name__}: {exc}", attempts + 1)
+        _failed(job, entry, watch, "error", f"{type(exc).__name__}: {exc}", attempts + 1)
         return 1
-    seconds = round(time.monotonic() - started, 3)
-    entry.write_result({"status": "done", **done, "seconds": seconds, "at": _now()})
-    _journal(job, "pull", job.source.describe(), "done", sha256=done["sha256"], seconds=seconds)
+    return _done(job, entry, watch, done, round(time.monotonic() - started, 3))
+
+
+def _done(
+    job: Job, entry: CacheEntry, watch: StateWatch, done: dict[str, Any], seconds: float
+) -> int:
+    """The record that makes the model usable, then its journal: each only while the state
+    dir is the pull's own (a write that fails here is no failed pull: the file is there)."""
+    try:
+        watch.check()
+        entry.write_result({"status": "done", **done, "seconds": seconds, "at": _now()})
+        _journal(job, watch, "done", sha256=done["sha256"], seconds=seconds)
+    except Swapped:
+        return 1  # its log says why
     return 0
 
 
-def _fetch(job: Job, entry: CacheEntry, meter: ProgressMeter) -> dict[str, Any]:
+def _fetch(job: Job, entry: CacheEntry, meter: ProgressMeter, watch: StateWatch) -> dict[str, Any]:
     source = job.source
     if source.url is not None and source.sha256 is not None:
-        return fetch_url(source.url, source.sha256, entry, bounds=job.bounds, meter=meter)
+        return fetch_url(
+            source.url, source.sha256, entry, bounds=job.bounds, meter=meter, watch=watch
+        )
     assert source.hugging_face is not None
     return fetch_hub(source.hugging_face, entry, bounds=job.bounds, meter=meter)
 
 
-def _failed(job: Job, entry: CacheEntry, kind: FailureKind, message: str, attempts: int) -> None:
+def _failed(
+    job: Job, entry: CacheEntry, watch: StateWatch, kind: FailureKind, message: str, attempts: int
+) -> None:
+    if not watch.holds():
+        return  # its log says why the state dir at its path is not its own now
     message = _named(job, message)
     result = {"status": "failed", "kind": kind, "message": message, "at": _now()}
     origin = {"origin": job.source.origin} if job.source.origin else {}
     entry.write_result({**result, "attempts": attempts, **origin})
     print(f"pull failed: {message}", file=sys.stderr, flush=True)
-    _journal(job, "pull", job.source.describe(), "failed", error=message, attempts=attempts)
+    with contextlib.suppress(Swapped):
+        _journal(job, watch, "failed", error=message, attempts=attempts)
 
 
 def _named(job: Job, message: str) -> str:
@@ -112,10 +114,12 @@ def _failures_so_far(entry: CacheEntry, origin: str | None) -> int:
     return attempts if isinstance(attempts, int) else 1
 
 
-def _journal(job: Job, action: str, reason: str, outcome: str, **extra: Any) -> None:
+def _journal(job: Job, watch: StateWatch, outcome: str, **extra: Any) -> None:
+    """The pull's outcome in each waiting deployment's journal (the state dir's own)."""
     journal = Journal(job.state_dir)
     for name in job.deployments:
-        journal.append(name, action, reason, outcome, **extra)
+        watch.check()
+        journal.append(name, "pull", job.source.describe(), outcome, **extra)
 
 
 def _now() -> str:

@@ -57,3 +57,28 @@ def test_plan_shows_the_runtimes_whole_run_which_the_pass_then_runs(
     ran = redact_args(_run_client(f"reconcile-boxed-{nonce}"))
     assert [a.replace(PLANNED_NONCE, nonce) for a in argv] == ran
     rc.down()
+
+
+def test_plan_shows_a_replaces_new_run_which_the_pass_then_runs(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """A changed command replaces the container: `plan` shows the new engine's whole
+    `run` (built as its launch builds it, secrets hidden) where it said only `replace`."""
+    write(rc, engine, "boxed", command=[*STANDIN], basePort=rc.port)
+    rc.once()
+    write(rc, engine, "boxed", command=[*STANDIN, "--api-key", SECRET], basePort=rc.port)
+    doc = rc("plan", "-o", "json", check=2).json()
+    (change,) = doc["changes"]
+    assert change["change"] == "replace" and SECRET not in json.dumps(doc), doc
+    argv = change["runs"]["argv"]
+    assert argv[:3] == [engine.name, "run", "--cidfile"] and engine.image in argv, argv
+    assert argv[-2:] == ["--api-key", "<redacted>"], argv
+    assert change["placed"].endswith(f"if placed now: port {rc.port}, devices none"), change
+
+    rc.once()
+    record = rc.record("boxed")
+    assert record is not None and record["phase"] in ("Starting", "Ready"), record
+    nonce = record["nonce"]
+    ran = redact_args(_run_client(f"reconcile-boxed-{nonce}"))
+    assert [a.replace(PLANNED_NONCE, nonce) for a in argv] == ran
+    rc.down()

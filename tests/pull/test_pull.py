@@ -11,6 +11,7 @@ import signal
 import threading
 from collections import namedtuple
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from controller.host.procscan import EnvironScan
 from controller.pull import launch, worker
 from controller.pull.host import HostPuller
 from controller.pull.job import JOB_ENV, Job
+from controller.store.config import stateid
 from controller.store.instances.events import Journal
 from controller.store.models import modelcache
 from controller.store.models.modelcache import CacheEntry
@@ -525,3 +527,84 @@ def test_a_pull_whose_state_dir_was_swapped_before_it_ran_writes_nothing(
         assert main([]) == 1
         assert server.sent == 0
     assert list(tmp_path.iterdir()) == [], "nothing written"
+
+
+def test_a_pull_whose_state_dir_is_swapped_mid_way_stops_writing_and_says_why_once(
+    tmp_path: Path,
+) -> None:
+    """A real pull, started by a pass's state dir, is half-way when another state dir
+    takes its path (the first moved away, as a disk unmounted and another mounted
+    there), one with its own unfinished pull of the same file. Nothing lands in it: no
+    progress, result or journal, and its partial file never takes the model's name
+    unchecked (as it did: the rename is by path); the log, in the first, says why once."""
+    state, moved = tmp_path / "state", tmp_path / "moved"
+    state.mkdir()
+    stateid.ensure(state)
+    try:
+        with serving({"tiny.gguf": DATA}, hold=MB) as server:
+            job = replace(url_job(tmp_path, server.url("tiny.gguf")), state_dir=state)
+            job = replace(job, cache=state / "models")
+            pid = launch.spawn(job)
+            entry = entry_of(job)
+            wait_for(lambda: server.sent >= MB, timeout=60, what="a first MB sent")
+            wait_for(lambda: (p := entry.progress()) and p.bytes_done > 0, timeout=60)
+            state.rename(moved)
+            theirs = entry.folder / "tiny.gguf.partial"  # the other state dir's own pull
+            theirs.parent.mkdir(parents=True)
+            theirs.write_bytes(DATA[:MB])
+            new_id = stateid.ensure(state)
+            server.release()
+            wait_for(lambda: not alive(pid), timeout=120, what="the pull process to exit")
+    finally:
+        kill_marked(str(state / "models"), marker=launch.MARKER)
+        kill_marked(str(moved / "models"), marker=launch.MARKER)
+    assert sorted(p.name for p in state.iterdir()) == ["id", "models"], "no journal there"
+    assert [p.name for p in entry.folder.iterdir()] == ["tiny.gguf.partial"], "no progress"
+    assert theirs.read_bytes() == DATA[:MB] and stateid.peek(state) == new_id
+    first = CacheEntry.of(moved / "models", job.source.key)
+    assert first.result() is None and not (first.folder / "tiny.gguf").exists()
+    assert not Journal(moved).read("web"), "no outcome journaled: the pull did not end"
+    log = (first.folder / "pull.log").read_text()
+    assert log.count("pull stopped:") == 1, log
+    assert f"{state} is no longer the state dir that started it" in log
+
+
+def test_a_hub_pull_whose_state_dir_is_swapped_mid_way_stops_and_leaves_the_new_one_alone(
+    tmp_path: Path,
+) -> None:
+    """The hub's download runs in the library's threads, metered by a watcher: the swap
+    is seen by the watcher's look, which stops the library as a full disk does. Nothing
+    lands in the new state dir, its own files of that entry left as they were."""
+    state, moved = tmp_path / "state", tmp_path / "moved"
+    state.mkdir()
+    stateid.ensure(state)
+    data = os.urandom(3 * MB)
+    source = Source.model_validate({"huggingFace": {"repo": "acme/tiny"}})
+    job = Job(source=source, cache=state / "models", state_dir=state, deployments=("web",))
+    entry = entry_of(job)
+    try:
+        with HubServer("acme/tiny", {"model.gguf": data}, hold=MB) as hub:
+            settings = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf")}
+            pid = launch.spawn(job, settings)
+            wait_for(lambda: hub.sent >= MB, timeout=60, what="a first MB sent")
+            state.rename(moved)
+            theirs = entry.folder / "files" / "notes.txt"  # the other state dir's own
+            theirs.parent.mkdir(parents=True)
+            theirs.write_text("theirs")
+            new_id = stateid.ensure(state)
+            log = moved / "models" / entry.key / "pull.log"
+            wait_for(lambda: "pull stopped:" in log.read_text(), timeout=60, what="the stop")
+            hub.release()
+            wait_for(lambda: not alive(pid), timeout=120, what="the pull process to exit")
+    finally:
+        kill_marked(str(state / "models"), marker=launch.MARKER)
+        kill_marked(str(moved / "models"), marker=launch.MARKER)
+    assert sorted(p.name for p in state.iterdir()) == ["id", "models"], "no journal there"
+    assert [p.name for p in entry.folder.iterdir()] == ["files"], "no progress or result"
+    assert [p.name for p in theirs.parent.iterdir()] == ["notes.txt"] and stateid.peek(
+        state
+    ) == new_id
+    said = log.read_text()
+    assert said.count("pull stopped:") == 1 and "Traceback" not in said, said
+    first = CacheEntry.of(moved / "models", job.source.key)
+    assert first.result() is None and not Journal(moved).read("web")

@@ -222,6 +222,11 @@ def test_describe_of_an_idle_deployment_claims_no_probe_it_lacks(reconcile: Any)
         ("scale", "'scale' is no verb of reconcile's: set `spec.replicas` in the manifest"),
         ("edit", "'edit' is no verb of reconcile's: edit the manifest file"),
         ("rollout", "'rollout' is no verb of reconcile's: `reconcile restart NAME`"),
+        # a newcomer's trial: kubectl's `explain`, docker's `pull` and `inspect` were
+        # argparse's "invalid choice" with every verb listed
+        ("explain", "'explain' is no verb of reconcile's: `reconcile schema` (every manifest"),
+        ("pull", "'pull' is no verb of reconcile's: a pass pulls `spec.source` itself"),
+        ("inspect", "'inspect' is no verb of reconcile's: `reconcile describe NAME`"),
         ("manifests/", "'manifests/' is no verb: give a folder or manifest with -f"),
         ("web.yaml", "(`reconcile -f web.yaml`)"),
         ("xyzzy", "invalid choice: 'xyzzy' (choose from 'plan', 'status'"),

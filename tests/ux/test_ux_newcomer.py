@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from disks import fill, tmpfs
 
+ENV = "RECONCILE_STATE_DIR"
 LATIN1 = (
     b"apiVersion: reconcile/v1\nkind: Deployment\n"
     b"metadata: {name: web, labels: {team: caf\xe9}}\nspec: {engine: command, command: [x]}\n"
@@ -188,6 +189,42 @@ def test_an_empty_folder_is_a_usage_error_not_the_current_folder(
 def test_an_empty_state_dir_is_a_usage_error_not_the_default_one(reconcile: Any) -> None:
     result = reconcile("status", "--state-dir", "", common=False, check=64)
     assert "--state-dir: is empty: name a path (an unset shell variable?)" in result.err, result
+
+
+@pytest.mark.parametrize("verb", ["status", "--once", "plan", "events", "down"])
+def test_a_state_dir_that_is_a_file_is_a_usage_error_naming_it(reconcile: Any, verb: str) -> None:
+    """`--state-dir manifests/demo.yaml` (a slip): every verb went on, warned of a state
+    file skipped, then said "I/O error: .../instances: Not a directory. Fix the disk or
+    permissions" (exit 1; `events`: "No events.", exit 0). The variable is checked alike."""
+    afile = reconcile.write_text("demo.yaml", "not: a folder\n", folder=reconcile.tmp)
+    node = ["--node", reconcile.node, "-f", str(reconcile.manifests)]
+    if verb in ("events", "status"):
+        node = node[:2]
+    said = f"{afile} is a file, not a folder: name the state dir's folder (made if missing)"
+    result = reconcile(verb, "--state-dir", str(afile), *node, common=False, check=64)
+    assert f"--state-dir: {said}" in result.err and "I/O error" not in result.err, result
+    under = reconcile(verb, *node, common=False, check=64, env={ENV: f"{afile}/state"})
+    assert f"{ENV}: {afile}/state lies under {afile}, which is a file" in under.err, under
+    assert afile.read_text() == "not: a folder\n" and not reconcile.state.exists()
+
+
+def test_a_wait_that_times_out_says_where_each_stands_and_what_next(reconcile: Any) -> None:
+    """`--once --wait --timeout 3s` on an engine still loading, and one whose program is
+    not there, said `reconcile: timed out waiting for slow, typo`: not where each stood
+    (nor why the back-off), that they go on, or what to do next."""
+    rc = reconcile
+    slow = {"httpGet": {"path": "/health"}, "deadlineSeconds": 300}
+    rc.write("slow", basePort=rc.port, command=["sleep", "300"], readiness=slow)
+    rc.write("typo", basePort=rc.port + 1, command=["nosuchbinary"])
+    result = rc("--once", "--wait", "--timeout", "2s", check=1)
+    said = ") after 2s (--timeout): the engines go on"
+    assert "timed out waiting for slow (Starting), typo (BackOff: cannot exec 'nosuchbinary'" in (
+        result.err
+    ), result
+    assert "correct spec.command[0]" in result.err and said in result.err, result
+    assert "`reconcile status` shows where they stand, `reconcile logs NAME` why" in result.err
+    assert rc.record("slow")["phase"] == "Starting"  # the wait ended, not the engine
+    rc.down()
 
 
 def test_a_timeout_without_wait_is_a_usage_error_not_a_limit_given_in_vain(

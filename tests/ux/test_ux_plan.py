@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -355,6 +356,62 @@ def test_a_memory_request_no_device_holds_points_at_its_line(reconcile: Any) -> 
     assert by["big"]["reason"].startswith(f"{path}:{line}: spec.devices.memory 60Gi"), doc
     rc.once(check=1)
     assert rc.record("big")["message"].startswith(f"{path}:{line}: "), rc.record("big")
+    rc.down()
+
+
+def test_plan_shows_what_a_replaces_new_engine_runs_which_the_pass_then_runs(
+    reconcile: Any,
+) -> None:
+    """An operator reviewing a changed command saw `-/+ shown replace` and no command: the
+    new engine is placed by a later round. `plan` now shows what it would run and where it
+    would go if placed now (its new basePort is taken: the port after), secrets hidden,
+    as a start's; the pass then runs exactly that."""
+    rc = reconcile
+    rc.write("shown", basePort=rc.port, command=rc.demo_command(model="old"), env={"A": "b"})
+    rc.once()
+    old = rc.record("shown")["ref"]["pid"]
+    model = "https://user:hunter2-not-for-plan@example.invalid/new"
+    new = {"basePort": rc.port + 1, "command": rc.demo_command(model=model), "env": {"A": "b"}}
+    rc.write("shown", **new)
+    with socket.create_server(("127.0.0.1", rc.port + 1)):  # someone else's, on basePort
+        doc = rc("plan", "-o", "json", check=2).json()
+        (change,) = doc["changes"]
+        assert change["change"] == "replace" and "hunter2" not in json.dumps(doc), doc
+        runs = change["runs"]
+        assert "https://user:<redacted>@example.invalid/new" in runs["argv"], runs
+        assert str(rc.port + 2) in runs["argv"] and "A" in runs["env"], runs
+        where = f"if placed now: port {rc.port + 2}, devices none"
+        assert change["placed"] == f"a later round of the pass places it; {where}", change
+        text = rc("plan", check=2).out
+        assert f"      runs: {shlex.join(runs['argv'])}" in text, text
+        assert f"      placed: a later round of the pass places it; {where}" in text, text
+
+        rc.once()
+    record = rc.record("shown")
+    assert record["ref"]["pid"] != old and record["port"] == rc.port + 2, record
+    cmdline = Path(f"/proc/{record['ref']['pid']}/cmdline").read_bytes().decode()
+    assert redact_args(cmdline.split("\0")[:-1]) == runs["argv"]
+    rc.down()
+
+
+def test_plan_says_when_a_replaces_new_engine_would_not_start(reconcile: Any) -> None:
+    """A change that asks for a device another deployment holds: the replace stops the
+    running engine, and its new one would wait. `plan` says so under the replace (it
+    showed only `-/+ replace`, as if the new engine would run)."""
+    rc = reconcile
+    rc.write("shown", basePort=rc.port, command=rc.demo_command(model="old"))
+    rc.write("other", basePort=rc.port + 3, devices={"count": 2, "kind": "nvidia"})
+    rc.once()
+    rc.write("shown", basePort=rc.port, devices={"count": 1, "kind": "nvidia"})
+    doc = rc("plan", "-o", "json", check=2).json()
+    (change,) = doc["changes"]
+    assert change["change"] == "replace" and "runs" not in change, change
+    assert change["placed"].startswith(
+        "a later round of the pass places it; it would not start now (pending: no capacity: "
+        "needs 1 nvidia device, 0 free"
+    ), change
+    assert "held by other [nvidia:0,nvidia:1]" in change["placed"], change
+    assert f"      placed: {change['placed']}" in rc("plan", check=2).out
     rc.down()
 
 

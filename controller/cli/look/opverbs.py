@@ -183,11 +183,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     desired = view.desired(loaded)
     observed, problems = view.observe(desired=desired)
     observed = view.foresee_strays(desired, observed)
+    actions = view.plan(desired, observed)
     found = planview.changes(
-        view.plan(desired, observed),
+        actions,
         desired,
         observed,
         runs=lambda action: planned.command_line(view, action, observed),
+        later=planned.NextRound(view, desired, observed, actions),
     )
     if args.selector:  # the manifest's labels, else the record's
         labels = {n: v.record.labels for n, v in observed.records.items()}

@@ -103,6 +103,7 @@ class Change:
     pending: bool = True  # False: a wait that is already recorded as such
     download: dict[str, Any] | None = None  # a Pull: {"bytes": n or null} still to download
     runs: CommandLine | None = None  # a start's: what it would run (a process, a container)
+    placed: str | None = None  # a replace's new engine: where a later round places it
 
     def as_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -114,37 +115,55 @@ class Change:
         }
         if self.runs is not None:
             doc["runs"] = {"argv": list(self.runs.argv), "env": list(self.runs.env)}
+        if self.placed is not None:
+            doc["placed"] = self.placed
         return doc if self.download is None else {**doc, "download": self.download}
 
     def runs_text(self) -> list[str]:
         """The start's lines under its change: its argv as a shell would take it, then
-        the names of the variables it is given (their values are never shown)."""
+        the names of the variables it is given (their values are never shown); a replace's
+        new engine, where it is placed."""
+        lines = [f"      placed: {printable(self.placed)}"] if self.placed else []
         if self.runs is None:
-            return []
+            return lines
         argv = printable(shlex.join(self.runs.argv))
         env = ", ".join(self.runs.env) or "none"
-        return [f"      runs: {argv}", f"      env: {printable(env)}"]
+        return [f"      runs: {argv}", f"      env: {printable(env)}", *lines]
 
 
 # What a start would run (``reconciler/planned.py``); None: nothing to show.
 Runs = Callable[[Action], CommandLine | None]
 
 
+# A replace's new engine (``planned.NextRound``): what it would run as if placed now
+# (None: it would not start now), and where a later round places it, or why it would not.
+Later = Callable[[Replace], tuple[CommandLine | None, str]]
+
+
 def _nothing(_action: Action) -> CommandLine | None:
     return None
 
 
+def _unknown(_action: Replace) -> tuple[CommandLine | None, str]:
+    return None, ""
+
+
 def changes(
-    actions: Sequence[Action], desired: Desired, observed: Observed, runs: Runs = _nothing
+    actions: Sequence[Action],
+    desired: Desired,
+    observed: Observed,
+    runs: Runs = _nothing,
+    later: Later = _unknown,
 ) -> list[Change]:
-    """``runs``: what each start would run, shown under its change."""
+    """``runs``: what each start would run, shown under its change; ``later``: what a
+    replace's new engine would."""
     # A manifest fixed, a drain's hold ended, the manifests' commit moved: the record's
     # words are bookkeeping beside the change or look that follows (one change a name,
     # counted once: it showed as two, e.g. "unchanged Starting" and "unchanged Ready").
     others = {a.name for a in actions if not _bookkeeping(a)}
     kept = [a for a in actions if not (_bookkeeping(a) and a.name in others)]
     wanted = desired.instances()  # record names to exist: every replica
-    out = [_shown(_change(a, observed, wanted), a, runs) for a in kept]
+    out = [_shown(_change(a, observed, wanted), a, runs, later) for a in kept]
     touched = {a.name for a in actions}
     ours = {n for n, v in observed.records.items() if v.record.owner == desired.owner}
     for name in sorted((set(desired.entries) | ours) - touched):
@@ -154,8 +173,12 @@ def changes(
     return out
 
 
-def _shown(change: Change, action: Action, runs: Runs) -> Change:
-    """A start (a create, a restart) with what it would run: nothing else runs anything."""
+def _shown(change: Change, action: Action, runs: Runs, later: Later) -> Change:
+    """A start (a create, a restart) with what it would run, and a replace with what its
+    new engine would: nothing else runs anything."""
+    if change.kind == "replace" and isinstance(action, Replace):
+        line, placed = later(action)
+        return replace(change, runs=line, placed=placed or None)
     if change.kind not in ("create", "restart"):
         return change
     said = runs(action)

@@ -135,7 +135,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
             return False
         if time.monotonic() >= deadline:
             _close(display, aside, result)
-            print(f"reconcile: timed out waiting for {_waited(result)}", file=sys.stderr)
+            print(_timed_out(result, timeout), file=sys.stderr)
             if stuck:
                 print(
                     f"reconcile: cannot progress without you: {printable(stuck)}", file=sys.stderr
@@ -189,13 +189,25 @@ class SetAside:
             print(f"reconcile: {problem.name}: {printable(message)}{engine}", file=sys.stderr)
 
 
+def _timed_out(result: PassResult, timeout: float) -> str:
+    """The wait's limit passed: what it waited for, where each stands, and the next move
+    (it said only `timed out waiting for slow`: nothing of its phase, or what to do)."""
+    return (
+        f"reconcile: timed out waiting for {_waited(result)} after {format_age(timeout)} "
+        "(--timeout): the engines go on (they outlive a pass); `reconcile status` shows "
+        "where they stand, `reconcile logs NAME` why, and a longer --timeout waits longer"
+    )
+
+
 def _waited(result: PassResult) -> str:
-    """What the wait timed out on: instances not Ready yet, and those Ready on their old
-    spec while the new one gets ready beside them (a rolling update's pull: no record)."""
+    """What the wait timed out on: instances not Ready yet (and their phase), and those
+    Ready on their old spec while the new one gets ready beside them (a rolling update's
+    pull: no record)."""
     out = []
     for rec in result.ours():
         if rec.phase not in (Phase.READY, Phase.IDLE):
-            out.append(rec.name)
+            said = f": {printable(rec.message)}" if rec.message else ""  # a back-off's why
+            out.append(f"{rec.name} ({rec.phase}{said})")
         elif result.specs.get(base_name(rec.name), rec.spec_hash) != rec.spec_hash:
             out.append(f"{rec.name} (its new spec)")
     return ", ".join(out)
