@@ -6,6 +6,7 @@ failures the proxy tells apart (not reached, dropped, malformed)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -28,6 +29,7 @@ class Engine:
         self.connections = 0
         self.ended = 0
         self.server: asyncio.Server | None = None
+        self._last: asyncio.StreamWriter | None = None  # the newest connection's
 
     async def __aenter__(self) -> Engine:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -42,8 +44,15 @@ class Engine:
         assert self.server is not None
         return int(self.server.sockets[0].getsockname()[1])
 
+    async def send_to_last(self, data: bytes) -> None:
+        """``data`` on the newest connection, unasked."""
+        assert self._last is not None
+        self._last.write(data)
+        await self._last.drain()
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        self._last = writer
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -69,8 +78,10 @@ def _client(limit: int = 8) -> Upstream:
     )
 
 
-async def _get(up: Upstream, port: int, *, fresh: bool = False) -> tuple[int, bytes]:
-    answer = await up.request("GET", "127.0.0.1", port, "/x", [], None, fresh=fresh)
+async def _get(
+    up: Upstream, port: int, *, fresh: bool = False, path: str = "/x"
+) -> tuple[int, bytes]:
+    answer = await up.request("GET", "127.0.0.1", port, path, [], None, fresh=fresh)
     async with answer:
         return answer.status, await answer.read()
 
@@ -154,6 +165,44 @@ def test_an_answer_that_ends_its_connection_is_never_pooled(answer: bytes) -> No
             up = _client()
             for _ in range(2):
                 assert await _get(up, engine.port) == (200, b"ok")
+            assert engine.connections == 2
+            await up.close()
+
+    run(test)
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_bytes_past_an_answer_are_never_the_next_requests_answer(
+    late: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine that sends a second answer to one request (a bug; ``late``: once the
+    first was read, while the connection sits in the pool): the extra answer was read as
+    the next request's own, which got another request's answer. Now the connection is
+    not reused, and the next request gets its own answer on a new one."""
+    monkeypatch.setattr(upstream, "IDLE_TIMEOUT", 3600.0)  # no sweep ends it meanwhile
+    extra = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale"
+
+    def reply(head: bytes) -> bytes:
+        path = head.split(b" ", 2)[1]
+        answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(path), path)
+        return answer if late or path != b"/first" else answer + extra
+
+    async def test() -> None:
+        async with Engine(reply) as engine:
+            up = _client()
+            answer = await up.request("GET", "127.0.0.1", engine.port, "/first", [], None)
+            async with answer:
+                assert await answer.read() == b"/first"
+            if late:  # the extra answer comes while the connection is idle in the pool
+                (conn,) = up._idle[("127.0.0.1", engine.port)]
+                await engine.send_to_last(extra)
+                deadline = asyncio.get_running_loop().time() + 30
+                while conn.usable():
+                    assert asyncio.get_running_loop().time() < deadline, "never noticed"
+                    await asyncio.sleep(0.01)
+            answer = await up.request("GET", "127.0.0.1", engine.port, "/second", [], None)
+            async with answer:
+                assert await answer.read() == b"/second"
             assert engine.connections == 2
             await up.close()
 
@@ -248,6 +297,48 @@ def test_an_answer_that_is_not_http_1_is_malformed(answer: bytes) -> None:
     run(test)
 
 
+@pytest.mark.parametrize("reads", [1, 40])
+def test_an_answer_head_past_its_bound_is_malformed_however_it_comes(reads: int) -> None:
+    """A 100 KB head (one header of it) is refused, whether it comes in one read (parsed
+    whole at once: it was taken, its body passed on) or in many; 60 KB of them is not."""
+    big = b"HTTP/1.1 200 OK\r\nX-Big: " + b"y" * 100_000 + b"\r\nContent-Length: 2\r\n\r\nok"
+    fine = b"HTTP/1.1 200 OK\r\n" + b"X-Many: " + b"y" * 1000 + b"\r\n"
+    fine = fine[:-2] + b"\r\n" + (b"X-Many: " + b"y" * 1000 + b"\r\n") * 59
+    fine += b"Content-Length: 2\r\n\r\nok"
+
+    async def send(writer: asyncio.StreamWriter, data: bytes) -> None:
+        step = -(-len(data) // reads)
+        for at in range(0, len(data), step):
+            writer.write(data[at : at + step])
+            await writer.drain()
+
+    served: list[asyncio.Task[None]] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                await send(writer, big if b"/big" in head else fine)
+        writer.close()
+        with contextlib.suppress(ConnectionError):  # reset: the client cut the big head
+            await writer.wait_closed()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.append(asyncio.create_task(answer(reader, writer)))
+
+    async def test() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        up = _client()
+        with pytest.raises(Malformed, match="an answer head over 65536 bytes"):
+            await _get(up, port, path="/big")
+        assert await _get(up, port) == (200, b"ok")
+        await up.close()  # the server's side of each connection ends with the client's
+        await asyncio.wait_for(asyncio.gather(*served), 30)
+        server.close()
+
+    run(test)
+
+
 def test_an_answers_headers_are_kept_in_order_and_found_by_name() -> None:
     head = b"HTTP/1.1 200\r\nX-A:  one \t\r\nx-b:two\r\nX-A: three\r\nContent-Length: 0\r\n\r\n"
 
@@ -324,13 +415,20 @@ def test_any_socket_error_on_an_open_connection_is_a_drop(failure: OSError) -> N
     partition test caught it); it is a drop like a reset (the request may go elsewhere)."""
 
     async def test() -> None:
-        async with Engine(lambda head: None if head.startswith(b"GET /hang") else OK) as engine:
+        # GET /hang: no answer, the connection left open
+        async with Engine(lambda head: b"" if head.startswith(b"GET /hang") else OK) as engine:
             up = _client()
             await _get(up, engine.port)  # a pooled connection to break
-            (conn,) = up._idle[("127.0.0.1", engine.port)]
-            conn.reader.set_exception(failure)  # what asyncio does when the socket fails
-            with pytest.raises(Dropped):
-                await _get(up, engine.port)
+            key = ("127.0.0.1", engine.port)
+            (conn,) = up._idle[key]
+            waiting = asyncio.create_task(_get(up, engine.port, path="/hang"))
+            deadline = asyncio.get_running_loop().time() + 30
+            while up._idle.get(key) or conn._waiter is None:  # sent; waits for its answer
+                assert asyncio.get_running_loop().time() < deadline, "the request never waited"
+                await asyncio.sleep(0.01)
+            conn.connection_lost(failure)  # what the loop does when the socket fails
+            with pytest.raises(Dropped, match="connection failed"):
+                await waiting
             await up.close()
 
     run(test)
