@@ -117,7 +117,8 @@ class Autoscaler:
         out: dict[str, tuple[Scale, Scale, str | None]] = {}
         for name, policy in self.policies.items():
             before = stored.get(name) or Scale(count=policy.initial)
-            waits = before.count == 0 and _waits(demand.get(name), before, now)
+            act = demand.get(name)
+            waits = _waits(act, before, now) if before.count == 0 else _holds(act, now)
             metric = policy.autoscale.metric
             load = _engine_load(figures[metric], name, metric, ready.get(name, 0), now)
             if load is None:  # inflight, or engines that state nothing: the gateway's count
@@ -149,6 +150,17 @@ def _engine_load(
     per_replica = max(rule_inflight.recent([f], name, now, WINDOW) for f in mine)
     total = per_replica * max(ready, 1)
     return Load(average=total, recent=total, metric=metric)
+
+
+def _holds(act: Activation | None, now: float) -> bool:
+    """Woken from zero, the deployment's request (the gateway writes an activation for
+    one that came while it was at zero) is in flight or ended within the window: its
+    load is not in the in-flight figures yet (it waited for the engine's Ready, and its
+    sample lands a second or so after its answer). The gateway refreshes the stamp while
+    it is in flight, so a crashed gateway's ``inflight`` holds nothing past the window."""
+    if act is None or act.released:  # unloaded from the web page: parked on purpose
+        return False
+    return abs(now - act.last_request_at.timestamp()) < WINDOW
 
 
 def _waits(act: Activation | None, at_zero: Scale, now: float) -> bool:

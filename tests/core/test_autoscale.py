@@ -4,6 +4,7 @@ state and its event."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,10 @@ from strategies import entry, record
 from controller.core.manifest.specs import Autoscale
 from controller.core.scaling.autoscale import Decision, Load, Scale, decide, wanted
 from controller.core.scaling.inflight import Inflight, Sample, average, recent
+from controller.core.state import Activation, Phase
 from controller.reconciler.autoscaling import Autoscaler
 from controller.store.instances.events import Journal
-from controller.store.side import inflight, scale
+from controller.store.side import activation, inflight, scale
 
 POLICY = Autoscale(min=1, max=4, targetInflight=4, scaleDownDelay=60)
 ZERO = Autoscale(min=0, max=3, targetInflight=4, scaleDownDelay=30)
@@ -167,6 +169,41 @@ def test_a_broken_manifest_keeps_its_count_a_gone_deployment_loses_it(tmp_path: 
     scale.write(tmp_path, "web", Scale(count=3))
     _scaler(tmp_path).counts({}, lambda: [], T, write=True)  # deleted, its records gone
     assert scale.read_all(tmp_path) == {}
+
+
+def _asked(tmp_path: Path, at: float, inflight: int) -> None:
+    """The gateway's activation of ``nap``: its last request at ``at``, ``inflight`` now."""
+    stamp = datetime.fromtimestamp(at, UTC)
+    activation.write(tmp_path, "nap", Activation(last_request_at=stamp, inflight=inflight))
+
+
+def test_the_request_that_woke_a_deployment_holds_it_until_the_window_has_seen_it(
+    tmp_path: Path,
+) -> None:
+    """Woken from zero (0→1) by a request, the deployment's in-flight figures say nothing
+    of it while it waits for the engine's Ready (the gateway counts a request once an
+    engine takes it), nor until the next sample lands after its answer: its count fell
+    back to 0 after scaleDownDelay meanwhile, and the request's sample, landing then,
+    woke it once more, "scaled 0→1: a request waits for it" with no request sent (a CI
+    run of tests/gateway/test_autoscaling.py). The request's activation holds it at 1
+    while in flight and for the window after it ended; then the delay, then zero."""
+    nap = entry("nap", autoscale={"min": 0, "max": 2, "scaleDownDelay": "1s"})
+    woke = Scale(count=1, changed_at=T, reason="scaled 0→1: a request waits for it")
+    scale.write(tmp_path, "nap", woke)
+    seen = [record("nap", spec=nap, phase=Phase.STARTING)]
+    scaler = _scaler(tmp_path)
+    for now in (T + 1.0, T + 2.5):  # the delay would start, then be over: the engine starts
+        _asked(tmp_path, now - 0.4, inflight=1)  # the gateway's heartbeat while it waits
+        assert scaler.counts({"nap": nap}, lambda: seen, now, write=True) == {"nap": 1}
+    _asked(tmp_path, T + 3.0, inflight=0)  # answered; its sample is not written yet
+    for now in (T + 3.5, T + 5.0, T + 12.9):
+        assert scaler.counts({"nap": nap}, lambda: seen, now, write=True) == {"nap": 1}
+    assert Journal(tmp_path).read("nap") == []
+    for now in (T + 13.1, T + 14.2):  # the window is past it: the delay, then zero
+        got = scaler.counts({"nap": nap}, lambda: seen, now, write=True)
+    assert got == {"nap": 0}
+    (event,) = Journal(tmp_path).read("nap")
+    assert event["reason"].startswith("scaled 1→0: 0.0 in flight, fewer than 1 replica's")
 
 
 # -- autoscale.metric: the engines' own figures ---------------------------------------------

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from controller.store.documents import write_atomic
+
 WAIT = 60.0
 
 
@@ -25,7 +27,10 @@ def test_a_deployment_whose_record_a_newer_reconcile_wrote_is_503_not_404(
     g.wait_phase("web", "Ready")
     path = reconcile.record_path("web")
     today = path.read_text()
-    path.write_text(json.dumps({**json.loads(today), "version": 99}))
+    # Renamed into place, as any reconcile writes a record: written in place, a pass still
+    # in flight (the one that said Ready) read it empty, quarantined it and adopted the
+    # engine under a record of today's version, which the new gateway served (a 200).
+    write_atomic(path, json.dumps({**json.loads(today), "version": 99}).encode())
     reconcile("gateway", "restart", check=0)  # a gateway with no last good reading of it
 
     answer = g.post("web")
@@ -34,6 +39,6 @@ def test_a_deployment_whose_record_a_newer_reconcile_wrote_is_503_not_404(
     assert "record a newer reconcile wrote" in message and "retry later" in message, message
     assert g.post("nothing").status == 404  # a name no record holds still does not exist
 
-    path.write_text(today)  # the newer reconcile runs the node again
+    write_atomic(path, today.encode())  # the newer reconcile runs the node again
     reconcile.wait_for(lambda: g.post("web").status == 200, timeout=WAIT, what="web served")
     g.finish()

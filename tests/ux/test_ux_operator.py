@@ -234,9 +234,14 @@ def test_usage_errors_are_one_line_and_verb_is_optional(reconcile: Any) -> None:
 
 
 def test_wait_ends_on_a_crash_loop_with_its_last_exit(reconcile: Any) -> None:
-    """`--wait` used to wait a crash loop out to --timeout (10 minutes by default)."""
+    """`--wait` used to wait a crash loop out to --timeout (10 minutes by default).
+
+    Its engine has a readiness probe nothing answers: one without is Ready as soon as it
+    runs, and a loaded box's `sh` that had not exited yet when a pass looked was Ready,
+    so the wait ended at once, exit 0 (a CI run at load ~20)."""
     rc = reconcile
-    rc.write("crashy", command=["sh", "-c", "exit 7"], readiness={"periodSeconds": 0.2})
+    never = {"httpGet": {"path": "/health"}, "periodSeconds": 0.2}  # nothing listens
+    rc.write("crashy", command=["sh", "-c", "exit 7"], readiness=never)
     result = rc("--once", "--wait", "--timeout", "5m", check=1, timeout=200)
     assert "crashy keeps failing" in result.err and "7" in result.err, result.err
     # ended at the bound: the wait's first pass made the immediate restart, so the first

@@ -16,7 +16,10 @@ reads them, times the Ready replicas); its target is per replica
   both), to the most replicas that load asked for meanwhile (Kubernetes' HPA
   stabilisation window), never below ``min``;
 - from 0 (``min: 0``, scale to zero), rises to 1 when a request waits: the gateway's
-  activation, as for an OnDemand deployment.
+  activation, as for an OnDemand deployment; and falls back to 0 only once that
+  request's end is a window old (``Load.waiting``): the in-flight figures count a
+  request only once an engine took it and the gateway's next sample landed, so the
+  woken engine's first request (waiting for its Ready, then answered) is in them late.
 
 No clock and no I/O: ``now`` (Unix seconds) and the load come in; the stored
 :class:`Scale` goes in and comes back, changed or not.
@@ -40,7 +43,9 @@ PANIC_FACTOR = 2.0  # the quick look acts once the load is this many times the t
 class Load:
     average: float  # requests in flight over the last WINDOW seconds (idle time counts 0)
     recent: float  # ... over the last PANIC_WINDOW seconds the gateways reported
-    waiting: bool = False  # a request waits for the deployment while it runs nothing
+    # A request waits for the deployment while it runs nothing; above zero, the request
+    # that woke it is in flight or ended within WINDOW: no scale to zero then.
+    waiting: bool = False
     metric: str = "inflight"  # what average and recent count (inflight, waiting, kvCache)
 
 
@@ -87,6 +92,8 @@ def decide(policy: Autoscale, scale: Scale, load: Load, ready: int, now: float) 
     # Lower only when the last seconds agree with the mean: after a quick rise the 10-s
     # mean lags behind the load for the rest of its window.
     down = wanted(policy, max(load.average, load.recent), load.metric)
+    if load.waiting:  # the figures count a request once an engine took it and a sample
+        down = max(down, 1)  # landed: the one that woke it is in them late, or not yet
     if down >= count:
         return Decision(replace(scale, low_since=None, low_wants=0))
     return _lower(policy, scale, down, load, now)
