@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import missing
@@ -118,3 +119,49 @@ def test_bash_completion_completes_verbs_and_their_flags() -> None:
 
 def test_completion_for_an_unknown_shell_is_a_usage_error() -> None:
     assert cli("completion", "tcsh").returncode == 64
+
+
+def _built(kind: str, tmp_path: Path) -> tuple[Path, zipfile.ZipFile]:
+    """The distribution's wheel (``wheel``) or editable wheel (``editable``), built by
+    setuptools from a copy of what a clean checkout ships (so nothing is written here)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, source / name)
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "controller", source / "controller", ignore=junk)
+    out = tmp_path / "out"
+    build = f"from setuptools import build_meta as b; print(b.build_{kind}({str(out)!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", build], cwd=source, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return source, zipfile.ZipFile(out / done.stdout.splitlines()[-1])
+
+
+def test_the_editable_install_is_a_path_entry_not_an_import_hook(tmp_path: Path) -> None:
+    """`pip install -e .` (README's commands, .ci/run) put setuptools' import hook in every
+    Python process of the venv when the layout did not look simple to it: ~15 ms of CPU a
+    start (its pathlib, importlib.util and fnmatch imports), ~3,000 starts a test run.
+    package-dir's "" = "." makes the flat layout plain: one .pth line, the checkout."""
+    source, wheel = _built("editable", tmp_path)
+    names = wheel.namelist()
+    pths = [n for n in names if n.endswith(".pth")]
+    assert len(pths) == 1 and not [n for n in names if n.endswith(".py")], names
+    assert Path(wheel.read(pths[0]).decode().strip()).resolve() == source.resolve()
+
+
+def test_the_wheel_ships_the_package_its_data_and_nothing_beside_it(tmp_path: Path) -> None:
+    """package-dir's "" = "." (the editable install's path entry) changes nothing that
+    `pip install .` installs: only `controller`, with the web page's files and py.typed."""
+    source, wheel = _built("wheel", tmp_path)
+    names = wheel.namelist()
+    info = f"reconcile_engines-{__version__}.dist-info"
+    assert {n.split("/")[0] for n in names} == {"controller", info}, names
+    shipped = {n for n in names if n.startswith("controller/")}
+    here = {
+        p.relative_to(source).as_posix()
+        for p in (source / "controller").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert shipped == here, sorted(shipped ^ here)

@@ -169,6 +169,20 @@ def test_a_demo_engine_answers_with_no_dataclasses_nor_openssl() -> None:
     _held(DEMO_PROBE, DEMO_UNUSED, [str(free_ports(1))])
 
 
+# tests/gateway/echo_engine.py (the gateway tests' engine that says what reached it) to its
+# first answer: on the demo engine's server, not aiohttp (~0.3 s of CPU a start, ~30 a run).
+ECHO_DIR = str(Path(__file__).with_name("gateway"))
+ECHO_PROBE = DEMO_PROBE.replace(
+    "from controller.demo.engine import main",
+    f"sys.path.insert(0, {ECHO_DIR!r}); from echo_engine import main",
+).replace("main(['--port', sys.argv[2]])", "main(['--port', sys.argv[2], '--model', 'm'])")
+ECHO_UNUSED = "aiohttp,asyncio,yarl,multidict"
+
+
+def test_the_echo_engine_answers_with_no_aiohttp() -> None:
+    _held(ECHO_PROBE, ECHO_UNUSED, [str(free_ports(1))])
+
+
 # The gateway process (`python -m controller.gateway`) on a node that follows no git
 # source: no git source (its codecs, git's runner), loaded by the page or a webhook when
 # there is one; no pydantic, yaml or structlog either. No aiohttp at all (a quarter of its

@@ -13,25 +13,39 @@ usage chunk last when ``stream_options.include_usage`` asks for it). While
 in flight for as long as a test wants. While ``--head-while FILE`` exists, a request
 gets nothing at all, not even its answer's head (a long prefill), while ``/health`` still
 answers; ``GET /looks`` says how many ``/health`` it answered.
+
+On the demo engine's small HTTP/1.1 server (controller/demo/httpserver.py), one thread a
+connection: on aiohttp each start cost ~0.3 s of CPU (its imports), this one ~0.07 s, and
+the gateway tests start it ~30 times a run.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
+import io
 import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, cast
+from urllib.parse import unquote
 
-from aiohttp import web
+from controller.demo.httpserver import MAX_LINE, Handler, Server
 
-SHOWN = ("content-type", "content-length", "anthropic-version", "x-api-key", "authorization")
-SHOWN += ("traceparent",)  # test_traces.py: the trace context reached the engine
-SHOWN += ("traceparent",)  # tests/gateway/test_traces.py: the trace reached the engine
+SHOWN = (
+    *("content-type", "content-length", "anthropic-version", "x-api-key", "authorization"),
+    "traceparent",  # tests/gateway/test_traces.py: the trace reached the engine
+)
 PROMPT_TOKENS = 7  # what every answer's usage says (a test compares the gateway's counts)
 COMPLETION_TOKENS = 5
 CHUNKS = 3
+SMALL = 65536  # a body up to this size is kept (and echoed when it is JSON)
+POLL = 0.05  # how often a held request looks at its file
+GRACE = 60.0  # seconds a SIGTERM waits for the requests in flight (aiohttp's run_app's)
 
 
 def usage() -> dict[str, int]:
@@ -41,39 +55,6 @@ def usage() -> dict[str, int]:
         "completion_tokens": COMPLETION_TOKENS,
         "total_tokens": total,
     }
-
-
-async def echo(request: web.Request) -> web.StreamResponse:
-    model: str = request.app["model"]
-    digest = hashlib.sha256()
-    size = 0
-    small = bytearray()
-    async for chunk in request.content.iter_any():
-        digest.update(chunk)
-        size += len(chunk)
-        if len(small) < 65536:
-            small += chunk[: 65536 - len(small)]
-    body: Any = None
-    try:
-        body = json.loads(small) if size <= 65536 and small else None
-    except ValueError:
-        body = None
-    said: dict[str, Any] = {
-        "engine": model,
-        "method": request.method,
-        "path": request.path,
-        "query": request.query_string,
-        "headers": {k: request.headers[k] for k in SHOWN if k in request.headers},
-        "bytes": size,
-        "sha256": digest.hexdigest(),
-        "body": body,
-    }
-    head: Path | None = request.app["head"]
-    while head is not None and head.exists():  # a long prefill: not a byte, not a header
-        await asyncio.sleep(0.05)
-    if isinstance(body, dict) and body.get("stream"):
-        return await stream(request, said, body)
-    return web.json_response({**said, **shape(request.path, model)})
 
 
 def shape(path: str, model: str) -> dict[str, Any]:
@@ -95,61 +76,192 @@ def shape(path: str, model: str) -> dict[str, Any]:
     return {}
 
 
-async def stream(
-    request: web.Request, said: dict[str, Any], body: dict[str, Any]
-) -> web.StreamResponse:
-    answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await answer.prepare(request)
-    base = {
-        "id": "cmpl-echo",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": said["engine"],
-    }
-    for i in range(CHUNKS):
-        delta = {"index": 0, "delta": {"content": f"c{i}"}, "finish_reason": None}
-        chunk = {**base, "choices": [delta], **({"echo": said} if i == 0 else {})}
-        await answer.write(f"data: {json.dumps(chunk)}\n\n".encode())
-    hold: Path | None = request.app["hold"]
-    while hold is not None and hold.exists():
-        await asyncio.sleep(0.05)
-    options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage"):
-        last = {**base, "choices": [], "usage": usage()}
-        await answer.write(f"data: {json.dumps(last)}\n\n".encode())
-    await answer.write(b"data: [DONE]\n\n")
-    await answer.write_eof()
-    return answer
+def wait_while(path: Path | None) -> None:
+    while path is not None and path.exists():
+        time.sleep(POLL)
 
 
-async def health(request: web.Request) -> web.Response:
-    request.app["looks"] += 1
-    return web.json_response({"status": "ok"})
+class Echo(Handler):
+    model = ""
+    hold: Path | None = None
+    head: Path | None = None
+    looks: ClassVar[list[int]] = [0]  # one count for the process: every connection adds
+    counting: ClassVar[threading.Lock] = threading.Lock()
+    # as the demo engine's: an answer's head and body leave as one write (wfile buffered,
+    # flushed after each request and each event); no Nagle wait for the small events
+    wbufsize = 1 << 16
+    disable_nagle_algorithm = True
+
+    def handle_one_request(self) -> None:
+        # a keep-alive connection's wait for its next request is not a request in flight
+        if not cast(io.BufferedReader, self.rfile).peek(1):
+            self.close_connection = True  # the client closed it
+            return
+        with INFLIGHT:  # from its first byte to its answer's end: a SIGTERM lets it finish
+            INFLIGHT.requests += 1
+        try:
+            super().handle_one_request()
+        finally:
+            with INFLIGHT:
+                INFLIGHT.requests -= 1
+                INFLIGHT.notify_all()
+
+    def do_GET(self) -> None:
+        path = self.path.partition("?")[0]
+        if path in ("/health", "/looks"):
+            for _ in self.chunks():  # a body sent with it (tests' _chat sends one) is read,
+                pass  # not left to be taken for the connection's next request
+        if path == "/health":
+            with self.counting:
+                self.looks[0] += 1
+            self.answer({"status": "ok"})
+        elif path == "/looks":
+            self.answer({"looks": self.looks[0]})
+        else:
+            self.echo()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("do_"):  # any other method: echoed too (aiohttp's "*" route)
+            return self.echo
+        raise AttributeError(name)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The request's body as it arrives: Content-Length's bytes, or chunked's."""
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            yield from self.chunked()
+            return
+        left = int(self.headers.get("content-length") or 0)
+        while left > 0:
+            data = self.rfile.read1(min(left, SMALL))
+            if not data:
+                raise ConnectionResetError("the body ended early")
+            left -= len(data)
+            yield data
+
+    def chunked(self) -> Iterator[bytes]:
+        while size := int(self.rfile.readline(MAX_LINE).split(b";")[0].strip() or b"0", 16):
+            left = size
+            while left > 0:
+                data = self.rfile.read1(min(left, SMALL))
+                if not data:
+                    raise ConnectionResetError("the body ended early")
+                left -= len(data)
+                yield data
+            self.rfile.readline(MAX_LINE)  # the CRLF after a chunk
+        while self.rfile.readline(MAX_LINE) not in (b"\r\n", b"\n", b""):
+            pass  # trailers: read, not kept
+
+    def echo(self) -> None:
+        digest, size, small = hashlib.sha256(), 0, bytearray()
+        try:
+            for chunk in self.chunks():
+                digest.update(chunk)
+                size += len(chunk)
+                small += chunk[: SMALL - len(small)]
+        except ValueError:  # a chunk size that is not hex: the gateway's bug, said so
+            self._refuse(400, "bad chunked body")
+            return
+        path, _, query = self.path.partition("?")
+        said: dict[str, Any] = {
+            "engine": self.model,
+            "method": self.command,
+            "path": unquote(path),
+            "query": query,
+            "headers": {k: self.headers[k] for k in SHOWN if k in self.headers},
+            "bytes": size,
+            "sha256": digest.hexdigest(),
+            "body": _json(small) if size <= SMALL else None,
+        }
+        wait_while(self.head)  # a long prefill: not a byte, not a header
+        if isinstance(said["body"], dict) and said["body"].get("stream"):
+            self.stream(said, said["body"])
+        else:
+            self.answer({**said, **shape(said["path"], self.model)})
+
+    def answer(self, value: dict[str, Any]) -> None:
+        data = json.dumps(value).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def stream(self, said: dict[str, Any], body: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        base = {"id": "cmpl-echo", "object": "chat.completion.chunk", "created": 0}
+        base["model"] = self.model
+        for i in range(CHUNKS):
+            delta = {"index": 0, "delta": {"content": f"c{i}"}, "finish_reason": None}
+            chunk = {**base, "choices": [delta], **({"echo": said} if i == 0 else {})}
+            self.event(json.dumps(chunk))
+        wait_while(self.hold)
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            self.event(json.dumps({**base, "choices": [], "usage": usage()}))
+        self.event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def event(self, data: str) -> None:
+        """One server-sent event, as one HTTP chunk."""
+        line = f"data: {data}\n\n".encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+        self.wfile.flush()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # no line per request (aiohttp's access_log=None)
 
 
-async def looks(request: web.Request) -> web.Response:
-    """How many GET /health it answered (the gateway's looks at it included)."""
-    return web.json_response({"looks": request.app["looks"]})
+def _json(small: bytearray) -> Any:
+    try:
+        return json.loads(small) if small else None
+    except ValueError:
+        return None
 
 
-def main() -> None:
+class Inflight(threading.Condition):
+    """How many requests are being read or answered."""
+
+    requests = 0
+
+
+INFLIGHT = Inflight()
+
+
+def drain() -> None:
+    """As aiohttp's run_app on SIGTERM: no new connection, and the requests in flight
+    answered (up to ``GRACE``); connections idle between requests close with the exit."""
+    deadline = time.monotonic() + GRACE
+    with INFLIGHT:
+        while INFLIGHT.requests and time.monotonic() < deadline:
+            INFLIGHT.wait(POLL)
+
+
+class EchoServer(Server):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client (the gateway cutting a stream) that hung up mid-answer: not a traceback
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--hold-while", type=Path)
     parser.add_argument("--head-while", type=Path)
-    args = parser.parse_args()
-    app = web.Application(client_max_size=1 << 30)
-    app["model"] = args.model
-    app["hold"] = args.hold_while
-    app["head"] = args.head_while
-    app["looks"] = 0
-    app.router.add_get("/health", health)
-    app.router.add_get("/looks", looks)
-    app.router.add_route("*", "/{tail:.*}", echo)
-    web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
+    args = parser.parse_args(argv)
+    bound = {"model": args.model, "hold": args.hold_while, "head": args.head_while}
+    server = EchoServer(("127.0.0.1", args.port), type("Bound", (Echo,), bound))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as aiohttp's run_app: exit 0
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        drain()
 
 
 if __name__ == "__main__":
-    asyncio.set_event_loop(asyncio.new_event_loop())
     main()
