@@ -252,10 +252,11 @@ def test_a_slow_engine_is_looked_at_and_keeps_its_requests(reconcile: Any, inpro
 
 
 def teach(reconcile: Any, g: Gateway, nonce: str) -> tuple[Any, Record]:
-    """An echo engine (aiohttp: it answers while it computes) routed alone as ``m``, and
-    its record, once the gateway has seen it answer a look while a request of its waited
-    (routing/hangs.py: only such an engine is judged hung by a look it leaves unanswered):
-    the request's head is held until then (``--head-while``), then it is answered."""
+    """An echo engine (a thread a connection: it answers while it computes) routed alone
+    as ``m``, and its record, once the gateway has seen it answer a look while a request
+    of its waited (routing/hangs.py: only such an engine is judged hung by a look it leaves
+    unanswered): the request's head is held until then (``--head-while``), then it is
+    answered."""
     head, port = reconcile.tmp / f"prefill-{nonce}", free_ports(1)
     argv = [sys.executable, str(ECHO), "--port", str(port), "--model", "m"]
     proc = reconcile.spawn([*argv, "--head-while", str(head)])
