@@ -23,7 +23,7 @@ ONE_WORKER = {"ray": "ray", "cluster": "cluster"}
 # Files whose module-scoped fixture starts processes: a test a unit, each worker that got
 # one of the file's tests started the fixture again, and again when it came back to the
 # file after another's test (a Chromium, ~10-25 s at load 10-20, four times a run; four
-# engines and a pass, ~2.5 s, eight times; a node of three engines). Each file is one
+# engines and a pass, ~2.5 s, eight times; a node of engines). Each file is one
 # unit: set up once, its tests on one worker. Each has fewer tests than the Ray unit
 # (42), which stays the first sent: the longest chain.
 ONE_WORKER_FILES = frozenset(
