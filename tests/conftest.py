@@ -95,7 +95,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     # Units by their number of tests, most first (xdist's default, `loadscopereorder`):
     # every other test is a unit of its own, so the Ray unit (42 tests) is sent first and
     # its chain (~10 min under load, the run's longest) runs beside the rest from the
-    # start, the namespace cluster's (2) next; the sort is stable, so the rest keep
+    # start, the files of one unit (workunits.ONE_WORKER_FILES, 11-25 tests) and the
+    # namespace cluster's (2) next; the sort is stable, so the rest keep
     # collection order. In collection order the Ray unit was the 143rd (after tests/backends
     # and tests/cli): it started that much later.
     config.option.loadscopereorder = True

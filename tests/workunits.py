@@ -18,12 +18,30 @@ from pathlib import Path
 # Ray nodes are started once a module, on addresses of their own. It was in the Ray unit,
 # ~40-80 s of the run's longest chain; the two clusters never see each other's engines
 # (rayhelp.ray_engines knows its own raylets; a host's processes are its namespace's).
-# The units with more than one test, these two, are sent first (tests/conftest.py).
+# The units with more than one test are sent first (tests/conftest.py), most tests first.
 ONE_WORKER = {"ray": "ray", "cluster": "cluster"}
+# Files whose module-scoped fixture starts processes: a test a unit, each worker that got
+# one of the file's tests started the fixture again, and again when it came back to the
+# file after another's test (a Chromium, ~10-25 s at load 10-20, four times a run; four
+# engines and a pass, ~2.5 s, eight times; a node of engines). Each file is one
+# unit: set up once, its tests on one worker. Each has fewer tests than the Ray unit
+# (42), which stays the first sent: the longest chain.
+ONE_WORKER_FILES = frozenset(
+    {
+        "tests/ui/test_page.py",  # browser (tests/ui/conftest.py)
+        "tests/ux/test_ux_replicas.py",  # up_once
+        "tests/harness/test_failpoints.py",  # node
+        "tests/harness/test_squatters.py",  # node
+    }
+)
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit a test runs in: its folder's shared one (ONE_WORKER), else its own."""
-    parts = Path(nodeid.split("::")[0]).parts
+    """The unit a test runs in: its folder's or file's shared one (ONE_WORKER,
+    ONE_WORKER_FILES), else its own."""
+    path = nodeid.split("::")[0]
+    if path in ONE_WORKER_FILES:
+        return path
+    parts = Path(path).parts
     top = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
     return ONE_WORKER.get(top, nodeid)

@@ -136,6 +136,9 @@ def test_the_ray_tests_share_one_worker_sent_first_and_the_cluster_another() -> 
     assert work_unit("tests/ray/a.py::t") == work_unit("tests/ray/b.py::t") != cluster
     assert cluster == work_unit("tests/cluster/test_fleet_hosts.py::t")
     assert work_unit("tests/gateway/test_a.py::t1") != work_unit("tests/gateway/test_a.py::t2")
+    # A file whose module fixture starts processes is one unit: the fixture set up once.
+    page = work_unit("tests/ui/test_page.py::test_a")
+    assert page == work_unit("tests/ui/test_page.py::test_b[x]") != work_unit("tests/ui/x.py::t")
     files = ["tests/test_module_map.py", "tests/ray/test_ray_config.py"]
     # Four of the Ray file's tests, each a refusal (~0.3 s): more than two, so its unit fills
     # its worker's first batch and the other worker takes the map's tests (xdist's loadscope
