@@ -238,7 +238,13 @@ class Backend(Protocol):
 
     def stopped(self, rec: Record) -> bool:
         """Nothing of the instance a ``signal_stop`` began to stop runs any more (its
-        group and every process carrying its marker are gone)."""
+        group, every process carrying its marker and its cgroup's members are gone)."""
+        ...
+
+    def remains(self, rec: Record) -> bool:
+        """Something of ``rec``'s engine runs though its leader is dead (a local engine's
+        cgroup member that left its group and dropped its marker): the engine's port is
+        not another process's while it does, and its teardown gives it the grace."""
         ...
 
     def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:

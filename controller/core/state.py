@@ -419,6 +419,8 @@ class RecordView:
     # The liveness answers no pass has counted yet, oldest first.
     liveness: tuple[ProbeResult, ...] = ()
     markers: tuple[MarkedProcess, ...] = ()  # live processes carrying this record's nonce
+    # Its leader dead, a member of its engine's cgroup runs on (``Backend.remains``).
+    remains: bool = False
     instance: Instance | None = None  # what a placing backend reports (None: local)
     # Seconds the engine has run by the boot clock (None: unknown, e.g. another host's):
     # a wall-clock step never moves it, so deadlines judge by it (docs/design.md).

@@ -97,7 +97,7 @@ def observe(
         for v in views.values()
         if v.record.port
         and not v.record.elsewhere(node)
-        and (v.alive or v.markers or v.record.phase is Phase.RESERVED)
+        and (v.alive or v.markers or v.record.phase is Phase.RESERVED or v.remains)
         for p in v.record.ports
     }
     return Observed(
@@ -137,6 +137,7 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
         maker_here=maker == "here",
         exit=exit_info,
         markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
+        remains=rec.ref is not None and not alive and backend.remains(rec),
         instance=backend.instance_of(rec) if alive else None,
         age=age(rec.ref) if alive else None,
     )

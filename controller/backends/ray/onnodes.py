@@ -47,3 +47,6 @@ class OnTheirNodes:
 
     def stopped(self, rec: Record) -> bool:
         return True  # ``signal_stop`` begins nothing here: ``teardown`` does all of it
+
+    def remains(self, rec: Record) -> bool:
+        return False  # an actor's engine ends whole with it, on its node
