@@ -75,6 +75,10 @@ class ExitStatus:
     oom_killed: bool = False  # a container's runtime said the OOM killer ended it
 
 
+# ``Backend.previous_exit``'s word for a run whose code nothing will ever say.
+NOT_KEPT = ExitStatus(None, None)
+
+
 class Puller(Protocol):
     """Where a spec.source is pulled, as the pass sees it (DESIGN.md "Model files").
 
@@ -200,6 +204,13 @@ class Backend(Protocol):
         """How ``rec``'s ended engine exited, where its pass could not read it then (a
         container's runtime that did not answer) and it can now; its container then
         removed. None: nothing more to read (the common case, asked of no runtime)."""
+        ...
+
+    def previous_exit(self, rec: Record) -> ExitStatus | None:
+        """How the run before ``rec``'s own (``rec.unread_exit``) exited, read from its
+        container's State once its runtime answers; its container then removed.
+        ``NOT_KEPT``: nothing will ever say it (its container removed meanwhile); None:
+        not yet (the runtime does not answer), or no such run."""
         ...
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:

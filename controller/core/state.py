@@ -178,6 +178,19 @@ class ExitInfo:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class UnreadExit:
+    """The run before a record's own, restarted while its exit code was unknown (its
+    runtime did not answer: ``exit``): its container, kept with its exit file, is read
+    and removed once the runtime answers, and its code becomes the record's last exit
+    (Kubernetes' ``lastState.terminated``) where no later exit took its place
+    (``reconciler/lateexits.py``)."""
+
+    nonce: str  # that run's: its exit file's name
+    container: ContainerRef
+    exit: ExitInfo  # as the pass that saw it end recorded it
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ProbeConfig:
     """A readiness or liveness check, kept in the record so any later pass can probe."""
 
@@ -267,6 +280,8 @@ class Record:
     restarts: int = 0
     backoff_until: datetime | None = None
     last_exit: ExitInfo | None = None
+    # The run before this one, restarted before its runtime said its code: still to read.
+    unread_exit: UnreadExit | None = None
     revision: str | None = None
     message: str = ""
     idle_since: datetime | None = None  # Idle: parked then; a request after it starts it

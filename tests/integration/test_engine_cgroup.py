@@ -196,18 +196,28 @@ while True:
 """
 
 
+@pytest.mark.parametrize("passes", ["--once", "the daemon"])
 def test_a_dead_engines_child_holding_its_port_is_stopped_and_the_engine_restarts_there(
-    reconcile: Any, escapee: Path
+    reconcile: Any, escapee: Path, passes: str
 ) -> None:
     """The engine died before it was Ready; a child it left (another session, no marker)
     still holds its port and answers 502. That port is the dead engine's, not another
     process's: the pass stops the child (its SIGTERM, its grace) with the engine's cgroup
-    and restarts the engine in place, where the new engine answers, not the child."""
+    and restarts the engine in place, where the new engine answers, not the child. The
+    daemon's stop is deferred (signalled, then finished by a later pass once the cgroup
+    is empty), a `--once`'s waits."""
     lives, term = reconcile.tmp / "lives", reconcile.tmp / "term"
     reconcile.write("esc", command=[sys.executable, "-c", HOLDS_PORT, "{port}", str(lives),
                                     str(escapee), str(term), ANSWERS_502],
                     stopGracePeriodSeconds=60)  # fmt: skip
-    reconcile.converge(timeout="120s")
+    if passes == "--once":
+        reconcile.converge(timeout="120s")
+    else:
+        daemon = _daemon(reconcile, "restarts")
+        wait_for(lambda: _ready(reconcile, "esc") and reconcile.record("esc")["restarts"],
+                 timeout=120, what="esc restarted and Ready")  # fmt: skip
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=120) == 0
     pid, port = map(int, escapee.read_text().split())
     wait_gone(pid, timeout=30)
     rec = reconcile.record("esc")

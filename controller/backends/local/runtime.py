@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller import failpoints
-from controller.backends.base import CommandLine, ExitStatus, Held, StartRequest, engine_env
+from controller.backends.base import (
+    NOT_KEPT,
+    CommandLine,
+    ExitStatus,
+    Held,
+    StartRequest,
+    engine_env,
+)
 from controller.backends.local import execgate
 from controller.core.devices.inventory import Inventory
 from controller.core.imagepulls import ImageWait
@@ -68,6 +75,7 @@ from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
     from controller.backends.local.container import Wrapper
+    from controller.host.containers import Runtime
 
 log = get_logger("reconcile")
 
@@ -226,6 +234,37 @@ class LocalBackend:
             return None
         self._remove_container(rec, rec.container)
         return ExitStatus(ended.code, None, oom_killed=ended.oom_killed)
+
+    def previous_exit(self, rec: Record) -> ExitStatus | None:
+        """The run before ``rec``'s own, restarted while its runtime did not answer: its
+        container's State, once it answers, then the container and its exit file removed
+        (the file, kept till then, is what keeps ``drop_unused_env_files`` from removing
+        the container unread). NOT_KEPT: the file or the container is gone."""
+        before = rec.unread_exit
+        if before is None:
+            return None
+        from controller.backends.local.container import exit_file
+        from controller.host.containers import Runtime
+
+        path = exit_file(self.state_dir, instance_of(rec.name), before.nonce)
+        if not path.exists():
+            return NOT_KEPT
+        runtime = Runtime(before.container.runtime)
+        ended = runtime.ended(before.container.id)
+        if ended is None:
+            return self._unread_gone(runtime, before.container.id, path)
+        with contextlib.suppress(ContainerError):  # not removed: a later pass's, as unused
+            runtime.remove(before.container.id, 0)
+            path.unlink(missing_ok=True)
+        return ExitStatus(ended.code, None, oom_killed=ended.oom_killed)
+
+    def _unread_gone(self, runtime: Runtime, cid: str, path: Path) -> ExitStatus | None:
+        """NOT_KEPT where the runtime answers that the container is gone (its exit file
+        then removed); None where it does not answer, or the container runs on."""
+        if not runtime.removed(cid):
+            return None
+        path.unlink(missing_ok=True)
+        return NOT_KEPT
 
     def _exited_container(self, ref: ProcessRef, code: int | None) -> None:
         from controller.backends.local.container import RUNTIME_CODES

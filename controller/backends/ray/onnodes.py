@@ -33,6 +33,9 @@ class OnTheirNodes:
     def late_exit(self, rec: Record) -> ExitStatus | None:
         return None  # an actor reads its engine's exit on its node, as it ends
 
+    def previous_exit(self, rec: Record) -> ExitStatus | None:
+        return None  # a cluster's restart keeps no container of its own to read
+
     def prove_ours(self, rec: Record) -> None:
         return None  # an actor's engine is its own unreaped child: ours by construction
 
