@@ -611,9 +611,9 @@ class LocalBackend:
     def signal_stop(self, rec: Record) -> bool:
         """``stop``'s signals without its wait: the daemon's passes go on through the grace
         period, and a later one finishes the teardown (``teardown``). A container stops by
-        the runtime's kill with the stop signal (its `stop` without the wait); an engine
-        already gone, by ``teardown``'s sweep at once (what is left of its group gets no
-        grace: ``stop``)."""
+        the runtime's kill with the stop signal (its `stop` without the wait). An engine
+        whose leader is gone: what is left of it (its group, its cgroup) gets the signal
+        and its grace; nothing left, False (``teardown``'s sweep at once)."""
         if not self.alive(rec.ref):  # what is left of it gets its stop signal and grace
             return rec.container is None and self._signal_remains(
                 rec.ref, rec.nonce, rec.stop_signal
