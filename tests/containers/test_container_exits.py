@@ -454,7 +454,7 @@ def test_a_run_restarted_before_dockerd_answered_is_read_as_the_last_exit(
     assert record["last_exit"]["code"] is None and rc_file.exists(), record
     (flag / "stop").unlink()  # the next run serves
     own_docker.start()
-    rc.converge()  # the restart, then the old run read
+    rc.converge(timeout="120s")  # the restart (after a back-off), the old run read
     record = rc.record("again")
     assert record is not None and record["phase"] == "Ready", record
     # 2 where that pass restarted it at once, dockerd still down (its spawn failed)
