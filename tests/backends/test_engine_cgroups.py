@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,8 +45,9 @@ def rt(tmp_path: Path) -> Iterator[LocalBackend]:
 
 # The engine double-forks a child that leaves its session and execs, through `env -i`, a
 # Python with no environment (no marker) that takes its time over SIGTERM: it writes
-# "term" to argv[2], then exits once argv[3] exists. The leader exits 3 once the child
-# has written its pid (argv[1]) with its handler set.
+# "term" to argv[2], then, once argv[3] exists, writes argv[3].ended and exits. The
+# leader ("crash") exits 3 once the child has written its pid (argv[1]) with its
+# handler set, or ("serve") waits for its own SIGTERM, which ends it at once.
 CHILD = """
 import os, signal, sys, time
 pidfile, termfile, gofile = sys.argv[1:4]
@@ -55,6 +57,7 @@ def on_term(sig, frame):
     os.rename(termfile + ".tmp", termfile)
     while not os.path.exists(gofile):
         time.sleep(0.01)
+    open(gofile + ".ended", "w").close()
     os._exit(0)
 signal.signal(signal.SIGTERM, on_term)
 with open(pidfile + ".tmp", "w") as f:
@@ -64,14 +67,18 @@ while True:
     signal.pause()
 """
 LEADER = """
-import os, sys, time
+import os, signal, sys, time
+child, pidfile, termfile, gofile, mode = sys.argv[1:6]
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        os.execvp("env", ["env", "-i", sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+        os.execvp("env", ["env", "-i", sys.executable, "-c", child, pidfile, termfile, gofile])
     os._exit(0)
-while not os.path.exists(sys.argv[2]):
+while not os.path.exists(pidfile):
     time.sleep(0.01)
+if mode == "serve":
+    while True:
+        signal.pause()
 sys.exit(3)
 """
 
@@ -82,9 +89,13 @@ class Escapee:
     def __init__(self, at: Path) -> None:
         self.pidfile, self.termfile, self.gofile = at / "pid", at / "term", at / "go"
 
-    def argv(self) -> list[str]:
+    def argv(self, mode: str = "crash") -> list[str]:
         files = (self.pidfile, self.termfile, self.gofile)
-        return [sys.executable, "-c", LEADER, CHILD, *map(str, files)]
+        return [sys.executable, "-c", LEADER, CHILD, *map(str, files), mode]
+
+    def ended(self) -> bool:
+        """It ended on its own, its SIGTERM handler through (no SIGKILL cut it short)."""
+        return Path(f"{self.gofile}.ended").exists()
 
     def pid(self) -> int:
         return int(wait_for(self.pidfile.exists, timeout=60, what="the child") and
@@ -211,8 +222,30 @@ def test_a_dead_leaders_escaped_child_gets_the_stop_signal_and_its_grace(
     ref, pid = escaped_engine(rt, tmp_path, escapee, "n4")
     (note,) = rt.notes.read_all()
     rt.stop(ref, "n4", 15, 120.0)
-    assert escapee.termed(), "SIGKILLed with no stop signal"
+    assert escapee.termed() and escapee.ended(), "SIGKILLed with no stop signal"
     assert not alive(pid) and note.cgroup is not None and not Path(note.cgroup).exists()
+
+
+@WRITABLE
+def test_an_escaped_child_keeps_its_grace_once_its_leader_has_ended(
+    rt: LocalBackend, tmp_path: Path, escapee: Escapee
+) -> None:
+    """The leader ends at once on its SIGTERM; its escaped child takes longer: the grace
+    runs on for it (the stop waited for the leader alone, then SIGKILLed the child)."""
+    ref = rt.spawn(escapee.argv("serve"), dict(os.environ), name="web", nonce="n6",
+                   log_path=tmp_path / "web.log")  # fmt: skip
+    pid = escapee.pid()
+    stopping = threading.Thread(target=rt.stop, args=(ref, "n6", 15, 120.0))
+    stopping.start()
+    try:
+        wait_for(escapee.termed, timeout=60, what="the child's SIGTERM")
+        wait_for(lambda: not alive(ref.pid), timeout=60, what="the leader's end")
+        assert alive(pid), "SIGKILLed once its leader had ended"
+    finally:
+        escapee.go()
+        stopping.join(timeout=180)
+    assert not stopping.is_alive() and escapee.ended()
+    assert not alive(pid) and not rt.notes.read_all()
 
 
 @WRITABLE
