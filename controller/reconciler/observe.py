@@ -113,6 +113,11 @@ def observe(
     )
 
 
+# Where a dead engine's cgroup may still hold a member: a teardown (Fail's, a stop's)
+# has not run yet. Asked of no other record, so a pass over many ended ones costs nothing.
+LIVED = (Phase.STARTING, Phase.READY, Phase.TERMINATING)
+
+
 def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]]) -> RecordView:
     alive = backend.alive(rec.ref)
     exit_info = None
@@ -137,7 +142,7 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
         maker_here=maker == "here",
         exit=exit_info,
         markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
-        remains=rec.ref is not None and not alive and backend.remains(rec),
+        remains=not alive and rec.phase in LIVED and backend.remains(rec),
         instance=backend.instance_of(rec) if alive else None,
         age=age(rec.ref) if alive else None,
     )
