@@ -44,9 +44,15 @@ if os.fork() == 0:
         os.rename(sys.argv[2] + ".tmp", sys.argv[2])
         os.execvp("env", ["env", "-i", "sleep", "600"])
     os._exit(0)
-if sys.argv[3] == "crash":
-    import time
-    while not os.path.exists(sys.argv[2]):
+if sys.argv[3] == "crash":  # once the child runs sleep: a pass that sees the crash at once
+    import time              # then stops sleep, never a child still on its way to it
+    def sleeping():
+        try:
+            pid = int(open(sys.argv[2]).read())
+            return open("/proc/%d/cmdline" % pid, "rb").read() == b"sleep\\x00600\\x00"
+        except (OSError, ValueError):
+            return False
+    while not sleeping():
         time.sleep(0.01)
     sys.exit(3)
 import controller.demo.engine as e
@@ -185,7 +191,7 @@ def on_term(sig, frame):
 signal.signal(signal.SIGTERM, on_term)
 server = socket.create_server(("127.0.0.1", int(port)))
 with open(pidfile + ".tmp", "w") as f:
-    f.write(f"{os.getpid()} {port}")
+    f.write("%d %s" % (os.getpid(), port))  # no braces: the command's placeholders
 os.rename(pidfile + ".tmp", pidfile)
 while True:
     conn, _ = server.accept()
