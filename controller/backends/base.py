@@ -75,6 +75,10 @@ class ExitStatus:
     oom_killed: bool = False  # a container's runtime said the OOM killer ended it
 
 
+# ``Backend.previous_exit``'s word for a run whose code nothing will ever say.
+NOT_KEPT = ExitStatus(None, None)
+
+
 class Puller(Protocol):
     """Where a spec.source is pulled, as the pass sees it (DESIGN.md "Model files").
 
@@ -202,6 +206,13 @@ class Backend(Protocol):
         removed. None: nothing more to read (the common case, asked of no runtime)."""
         ...
 
+    def previous_exit(self, rec: Record) -> ExitStatus | None:
+        """How the run before ``rec``'s own (``rec.unread_exit``) exited, read from its
+        container's State once its runtime answers; its container then removed.
+        ``NOT_KEPT``: nothing will ever say it (its container removed meanwhile); None:
+        not yet (the runtime does not answer), or no such run."""
+        ...
+
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         """Why the backend cannot place ``spec`` now (a cluster short of GPUs, or with no
         node its ``nodeSelector`` matches), else None."""
@@ -238,7 +249,13 @@ class Backend(Protocol):
 
     def stopped(self, rec: Record) -> bool:
         """Nothing of the instance a ``signal_stop`` began to stop runs any more (its
-        group and every process carrying its marker are gone)."""
+        group, every process carrying its marker and its cgroup's members are gone)."""
+        ...
+
+    def remains(self, rec: Record) -> bool:
+        """Something of ``rec``'s engine runs though its leader is dead (a local engine's
+        cgroup member that left its group and dropped its marker): the engine's port is
+        not another process's while it does, and its teardown gives it the grace."""
         ...
 
     def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:

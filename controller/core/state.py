@@ -178,6 +178,19 @@ class ExitInfo:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class UnreadExit:
+    """The run before a record's own, restarted while its exit code was unknown (its
+    runtime did not answer: ``exit``): its container, kept with its exit file, is read
+    and removed once the runtime answers, and its code becomes the record's last exit
+    (Kubernetes' ``lastState.terminated``) where no later exit took its place
+    (``reconciler/lateexits.py``)."""
+
+    nonce: str  # that run's: its exit file's name
+    container: ContainerRef
+    exit: ExitInfo  # as the pass that saw it end recorded it
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ProbeConfig:
     """A readiness or liveness check, kept in the record so any later pass can probe."""
 
@@ -267,6 +280,8 @@ class Record:
     restarts: int = 0
     backoff_until: datetime | None = None
     last_exit: ExitInfo | None = None
+    # The run before this one, restarted before its runtime said its code: still to read.
+    unread_exit: UnreadExit | None = None
     revision: str | None = None
     message: str = ""
     idle_since: datetime | None = None  # Idle: parked then; a request after it starts it
@@ -419,6 +434,8 @@ class RecordView:
     # The liveness answers no pass has counted yet, oldest first.
     liveness: tuple[ProbeResult, ...] = ()
     markers: tuple[MarkedProcess, ...] = ()  # live processes carrying this record's nonce
+    # Its leader dead, a member of its engine's cgroup runs on (``Backend.remains``).
+    remains: bool = False
     instance: Instance | None = None  # what a placing backend reports (None: local)
     # Seconds the engine has run by the boot clock (None: unknown, e.g. another host's):
     # a wall-clock step never moves it, so deadlines judge by it (docs/design.md).

@@ -147,6 +147,19 @@ def clear(state_id: str, timeout: float) -> None:
         remove(cg)
 
 
+def named(at: Path, state_id: str, nonce: str) -> Path | None:
+    """The cgroup under ``at`` of run ``nonce`` of the state dir ``state_id``, by its name
+    alone: where no spawn note names it (its write failed), a teardown of that run still
+    finds what the engine left there. A nonce is one run's; a state id is a fixed-length
+    hex, so another state dir's cgroups never match."""
+    head, tail = f"{PREFIX}{state_id}-", f"-{nonce}"
+    try:  # names compared, not globbed: a nonce edited into a record is no pattern
+        found = sorted(p for p in at.iterdir() if p.name.startswith(head) and p.name.endswith(tail))
+    except OSError:
+        return None
+    return ours(str(found[0]), state_id, nonce) if found else None
+
+
 def leftovers(at: Path, state_id: str, noted: set[str], settle: float) -> list[Path]:
     """This state dir's engine cgroups under ``at`` that no note names, hold no process
     and were made ``settle`` seconds ago or more (a spawn beside us may be about to

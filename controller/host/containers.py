@@ -225,7 +225,7 @@ class Runtime:
             state = self.ended(cid)
             if state is not None:
                 return state
-            removed = self._removed(cid)  # first: a container's end is an event before that
+            removed = self.removed(cid)  # first: a container's end is an event before that
             code = self._died(cid, since)
             if code is not None:
                 return Ended(code)
@@ -244,7 +244,7 @@ class Runtime:
             return None
         return Ended(int(code), oom_killed=oom == "true")
 
-    def _removed(self, cid: str) -> bool:
+    def removed(self, cid: str) -> bool:
         """The runtime answers that it has no container ``cid`` (any more)."""
         done = self._look(cid, "{{.Id}}")
         return done is not None and done.returncode != 0 and gone(done.stderr)

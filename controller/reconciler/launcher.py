@@ -38,7 +38,7 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.names import base_name, instance_of, is_next
 from controller.core.manifest.specs import Entry, next_name
 from controller.core.plan import backoff, restarts_after
-from controller.core.state import ExitInfo, Phase, Record
+from controller.core.state import ExitInfo, Phase, Record, UnreadExit
 from controller.errors import (
     ContainerError,
     ContainerExited,
@@ -425,6 +425,7 @@ class Launcher:
             ready_at=None,
             ready_boot=None,
             liveness_failures=0,
+            unread_exit=_unread_exit(rec),
         )
         self.store.write(fresh)
         assert fresh.port is not None  # a Restart is planned only for a record holding its lease
@@ -813,6 +814,20 @@ class Launcher:
         pids = ",".join(str(p.ref.pid) for p in action.processes)
         self.event(action.name, action.verb, action.reason, f"killed {pids}")
         return True
+
+
+def _unread_exit(rec: Record) -> UnreadExit | None:
+    """What a restart keeps of the run it ends: a container engine whose code its runtime
+    had not said (down when the pass saw it end), to read once it answers; else what
+    the record kept before (a run that ended with its code leaves that one unread)."""
+    ended = rec.last_exit
+    if rec.container is None or rec.nonce is None or rec.on_cluster or ended is None:
+        return rec.unread_exit
+    if ended.code is not None or ended.signal is not None:
+        return rec.unread_exit
+    if rec.started_at is not None and ended.at < rec.started_at:
+        return rec.unread_exit  # an earlier run's exit: this run ended otherwise (liveness)
+    return UnreadExit(nonce=rec.nonce, container=rec.container, exit=ended)
 
 
 def _same_wait(a: Record, b: Record) -> bool:

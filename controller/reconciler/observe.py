@@ -97,7 +97,7 @@ def observe(
         for v in views.values()
         if v.record.port
         and not v.record.elsewhere(node)
-        and (v.alive or v.markers or v.record.phase is Phase.RESERVED)
+        and (v.alive or v.markers or v.record.phase is Phase.RESERVED or v.remains)
         for p in v.record.ports
     }
     return Observed(
@@ -111,6 +111,11 @@ def observe(
         node=node,
         unreadable=frozenset(p.name for p in snapshot.problems if p.name and p.kept),
     )
+
+
+# Where a dead engine's cgroup may still hold a member: a teardown (Fail's, a stop's)
+# has not run yet. Asked of no other record, so a pass over many ended ones costs nothing.
+LIVED = (Phase.STARTING, Phase.READY, Phase.TERMINATING)
 
 
 def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]]) -> RecordView:
@@ -137,6 +142,7 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
         maker_here=maker == "here",
         exit=exit_info,
         markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
+        remains=not alive and rec.phase in LIVED and backend.remains(rec),
         instance=backend.instance_of(rec) if alive else None,
         age=age(rec.ref) if alive else None,
     )

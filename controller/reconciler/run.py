@@ -587,7 +587,7 @@ class Reconciler(Preview):
                 pulling.drop_unused_image_pulls(self.backend, entries, result.records.values())
                 self.backend.drop_unused_env_files(self._all_records)
                 here = [r for r in result.ours() if not r.elsewhere(self.config.node)]
-                lateexits.read_late(self.store, self.backend, here)
+                lateexits.read_late(self.store, self.backend, here, self.executor.event)
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
                 if not loaded.unread:  # no commit of the source ran: none has an outcome

@@ -5,19 +5,21 @@ tests/integration/test_engine_cgroup.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from procs import alive, kill_marked, wait_for
+from procs import alive, kill_cgroups, kill_marked, wait_for, wait_gone
 
 from controller.backends.local.runtime import LocalBackend
-from controller.core.state import ProcessRef
+from controller.core.state import ProcessRef, Record
 from controller.host import cgroups
 from controller.store.config import stateid
 from controller.store.instances.spawnnotes import SpawnNote
@@ -38,6 +40,92 @@ def rt(tmp_path: Path) -> Iterator[LocalBackend]:
     for child in list(runtime._children.values()):
         child.kill()
         child.wait()
+    kill_cgroups(tmp_path)  # an escaped child a failed test left in its engine's cgroup
+
+
+# The engine double-forks a child that leaves its session and execs, through `env -i`, a
+# Python with no environment (no marker) that takes its time over SIGTERM: it writes
+# "term" to argv[2], then, once argv[3] exists, writes argv[3].ended and exits. The
+# leader ("crash") exits 3 once the child has written its pid (argv[1]) with its
+# handler set, or ("serve") waits for its own SIGTERM, which ends it at once.
+CHILD = """
+import os, signal, sys, time
+pidfile, termfile, gofile = sys.argv[1:4]
+def on_term(sig, frame):
+    with open(termfile + ".tmp", "w") as f:
+        f.write("term")
+    os.rename(termfile + ".tmp", termfile)
+    while not os.path.exists(gofile):
+        time.sleep(0.01)
+    open(gofile + ".ended", "w").close()
+    os._exit(0)
+signal.signal(signal.SIGTERM, on_term)
+with open(pidfile + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(pidfile + ".tmp", pidfile)
+while True:
+    signal.pause()
+"""
+LEADER = """
+import os, signal, sys, time
+child, pidfile, termfile, gofile, mode = sys.argv[1:6]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("env", ["env", "-i", sys.executable, "-c", child, pidfile, termfile, gofile])
+    os._exit(0)
+while not os.path.exists(pidfile):
+    time.sleep(0.01)
+if mode == "serve":
+    while True:
+        signal.pause()
+sys.exit(3)
+"""
+
+
+class Escapee:
+    """The files of an escaped child that ends on SIGTERM once ``go`` is called."""
+
+    def __init__(self, at: Path) -> None:
+        self.pidfile, self.termfile, self.gofile = at / "pid", at / "term", at / "go"
+
+    def argv(self, mode: str = "crash") -> list[str]:
+        files = (self.pidfile, self.termfile, self.gofile)
+        return [sys.executable, "-c", LEADER, CHILD, *map(str, files), mode]
+
+    def ended(self) -> bool:
+        """It ended on its own, its SIGTERM handler through (no SIGKILL cut it short)."""
+        return Path(f"{self.gofile}.ended").exists()
+
+    def pid(self) -> int:
+        return int(wait_for(self.pidfile.exists, timeout=60, what="the child") and
+                   self.pidfile.read_text())  # fmt: skip
+
+    def termed(self) -> bool:
+        return self.termfile.exists() and self.termfile.read_text() == "term"
+
+    def go(self) -> None:
+        self.gofile.touch()
+
+
+@pytest.fixture
+def escapee(tmp_path: Path) -> Iterator[Escapee]:
+    (tmp_path / "esc").mkdir()
+    esc = Escapee(tmp_path / "esc")
+    yield esc
+    esc.go()  # one still waiting ends on its own: the fixture's cgroup kill does the rest
+
+
+def escaped_engine(
+    rt: LocalBackend, tmp_path: Path, esc: Escapee, nonce: str
+) -> tuple[ProcessRef, int]:
+    """The engine spawned, its child escaped, the leader dead: (leader, child's pid)."""
+    ref = rt.spawn(esc.argv(), dict(os.environ), name="web", nonce=nonce,
+                   log_path=tmp_path / "web.log")  # fmt: skip
+    pid = esc.pid()
+    wait_for(lambda: not rt.alive(ref), timeout=60, what="the leader's exit")
+    assert alive(pid)
+    return ref, pid
 
 
 @pytest.fixture
@@ -122,3 +210,98 @@ def test_where_no_cgroup_is_ours_an_engine_runs_as_before(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["None", "None", "False"], proc.stdout
     assert "cgroup" not in proc.stderr, proc.stderr
+
+
+@WRITABLE
+def test_a_dead_leaders_escaped_child_gets_the_stop_signal_and_its_grace(
+    rt: LocalBackend, tmp_path: Path, escapee: Escapee
+) -> None:
+    """systemd's KillMode=control-group: the stop signal reaches every member of the
+    cgroup and the grace runs, its leader dead or not; SIGKILL only after it."""
+    escapee.go()  # it ends as soon as its SIGTERM handler has written "term"
+    ref, pid = escaped_engine(rt, tmp_path, escapee, "n4")
+    (note,) = rt.notes.read_all()
+    rt.stop(ref, "n4", 15, 120.0)
+    assert escapee.termed() and escapee.ended(), "SIGKILLed with no stop signal"
+    assert not alive(pid) and note.cgroup is not None and not Path(note.cgroup).exists()
+
+
+@WRITABLE
+def test_an_escaped_child_keeps_its_grace_once_its_leader_has_ended(
+    rt: LocalBackend, tmp_path: Path, escapee: Escapee
+) -> None:
+    """The leader ends at once on its SIGTERM; its escaped child takes longer: the grace
+    runs on for it (the stop waited for the leader alone, then SIGKILLed the child)."""
+    ref = rt.spawn(escapee.argv("serve"), dict(os.environ), name="web", nonce="n6",
+                   log_path=tmp_path / "web.log")  # fmt: skip
+    pid = escapee.pid()
+    stopping = threading.Thread(target=rt.stop, args=(ref, "n6", 15, 120.0))
+    stopping.start()
+    try:
+        wait_for(escapee.termed, timeout=60, what="the child's SIGTERM")
+        wait_for(lambda: not alive(ref.pid), timeout=60, what="the leader's end")
+        assert alive(pid), "SIGKILLed once its leader had ended"
+    finally:
+        escapee.go()
+        stopping.join(timeout=180)
+    assert not stopping.is_alive() and escapee.ended()
+    assert not alive(pid) and not rt.notes.read_all()
+
+
+@WRITABLE
+def test_a_deferred_stop_waits_for_the_cgroup_its_leader_left(
+    rt: LocalBackend, tmp_path: Path, escapee: Escapee
+) -> None:
+    """The daemon's stop (``signal_stop``, then ``stopped`` each pass): a dead leader's
+    escaped child gets the signal, and the stop waits until it has ended."""
+    ref, pid = escaped_engine(rt, tmp_path, escapee, "n5")
+    rec = Record(name="web", owner="t", node=rt.node, nonce="n5", ref=ref)
+    assert not rt.stopped(rec), "its leader is gone, its child is not"
+    assert rt.signal_stop(rec) and rt.remains(rec)
+    wait_for(escapee.termed, timeout=60, what="the child's SIGTERM")
+    assert not rt.stopped(rec), "its child is still ending"
+    escapee.go()
+    wait_for(lambda: rt.stopped(rec), timeout=60, what="the child's end")
+    assert not rt.remains(rec)
+    rt.teardown(rec)
+    assert not alive(pid) and not rt.notes.read_all()
+    assert not list(cgroups.parent().glob(f"{cgroups.PREFIX}{stateid.peek(tmp_path)}-*"))
+
+
+NOTELESS = """
+import json, os, sys
+from pathlib import Path
+from controller.backends.local.runtime import LocalBackend
+state, node, nonce, *argv = sys.argv[1:]
+rt = LocalBackend(Path(state), node)
+ref = rt.spawn(argv, dict(os.environ), name="web", nonce=nonce, log_path=Path(state) / "web.log")
+print(json.dumps([ref.pid, ref.start_time, rt.notes.read_all() == []]))
+"""
+
+
+@WRITABLE
+def test_a_cgroup_no_note_names_is_found_by_its_name_and_emptied(
+    rt: LocalBackend, tmp_path: Path, escapee: Escapee,
+    stranger: tuple[Path, subprocess.Popen[bytes]],
+) -> None:  # fmt: skip
+    """The spawn note failed to write (ENOSPC), the pass that spawned the engine is gone,
+    its leader died: the teardown of that run finds the cgroup by its name (this state
+    dir's id, that nonce) and empties it; another state dir's of the same nonce stays."""
+    other, proc = stranger  # another state dir's run "n1"
+    env = {**os.environ, "RECONCILE_FAILPOINTS": "runtime.spawn.before_note=enospc",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", NOTELESS, str(tmp_path), rt.node, "n1",
+                          *escapee.argv()], capture_output=True, text=True, env=env,
+                         timeout=120, check=True).stdout  # fmt: skip
+    pid, start, noteless = json.loads(out.splitlines()[-1])  # after its warning
+    assert noteless, "the failpoint left no note"
+    ref = ProcessRef(pid=pid, start_time=start)
+    child = escapee.pid()
+    wait_gone(pid, timeout=60)  # the leader, reaped by whoever adopted it
+    mine = cgroups.parent() / cgroups.name(str(stateid.peek(tmp_path)), "web", "n1")
+    assert child in cgroups.members(mine)
+    escapee.go()
+    rt.stop(ref, "n1", 15, 120.0)
+    assert not alive(child) and not mine.exists(), "the cgroup no note named was left"
+    assert escapee.termed()
+    assert alive(proc.pid) and other.is_dir()

@@ -344,7 +344,7 @@ EXITS_3 = [*EXITS_7[:-1], EXITS_7[-1].replace("exit 7", "exit 3")]
 
 
 def _ready_then_dockerd_killed(
-    rc: Reconcile, own_docker: OwnDocker, name: str, tmp_path: Path
+    rc: Reconcile, own_docker: OwnDocker, name: str, tmp_path: Path, policy: str = "Never"
 ) -> tuple[int, str, Path, Path]:
     """Deployment ``name`` (exits 3 once its flag folder holds `stop`) Ready on a
     private dockerd, then dockerd SIGKILLed and its `run` ended: the engine's pid, its
@@ -353,7 +353,7 @@ def _ready_then_dockerd_killed(
     rc.env.update(engine.env)
     flag = tmp_path / "flag"
     flag.mkdir()
-    write(rc, engine, name, command=EXITS_3, restartPolicy="Never",
+    write(rc, engine, name, command=EXITS_3, restartPolicy=policy,
           container={"volumes": [f"{flag}:/flag"]})  # fmt: skip
     rc.converge()
     record = rc.record(name)
@@ -420,6 +420,50 @@ def test_an_exit_read_while_dockerd_was_down_is_read_again_once_it_answers(
     described = rc("describe", "kept", check=0)
     assert "Last exit:    exited with code 3" in described.out, described
     assert engine.ours(rc.state) == [] and not rc_file.exists()  # read, then removed
+    rc.once(check=None)  # told once: a later pass has nothing more to say
+    assert _exits_read(rc, "kept") == [(3, False)], rc.events("kept")
+    rc.down()
+    assert engine.ours(rc.state) == []
+    assert sorted((rc.state / "run").glob("reconcile-*")) == []
+
+
+def _exits_read(rc: Reconcile, name: str) -> list[tuple[int, bool]]:
+    """The journal's corrections of a `code unknown`: (code, OOMKilled) of each."""
+    said = [e for e in rc.events(name) if e.get("action") == "exit"]
+    return [(e["exit_code"], e["oom_killed"]) for e in said]
+
+
+def test_a_run_restarted_before_dockerd_answered_is_read_as_the_last_exit(
+    reconcile: Reconcile, own_docker: OwnDocker, tmp_path: Path
+) -> None:
+    """The engine ended (code 3) while dockerd was down: its pass said `code unknown` and
+    could not remove the container. Its restart came before any pass read that code, and
+    the restart's new nonce left the old container to be removed, unread, as one no
+    record names: its code was lost for good. The record keeps that run until dockerd
+    answers; then its code is the last exit (Kubernetes' lastState), the journal says it
+    once, and the old container is removed."""
+    rc, engine = reconcile, own_docker.engine
+    pid, cid, rc_file, flag = _ready_then_dockerd_killed(
+        rc, own_docker, "again", tmp_path, policy="Always"
+    )
+    (flag / "stop").touch()
+    rc.wait_gone(pid, timeout=60)
+    rc.once(check=None)  # dockerd down: the code unknown, the container kept
+    record = rc.record("again")
+    assert record is not None and record["phase"] == "BackOff", record
+    assert record["last_exit"]["code"] is None and rc_file.exists(), record
+    (flag / "stop").unlink()  # the next run serves
+    own_docker.start()
+    rc.converge(timeout="120s")  # the restart (after a back-off), the old run read
+    record = rc.record("again")
+    assert record is not None and record["phase"] == "Ready", record
+    # 2 where that pass restarted it at once, dockerd still down (its spawn failed)
+    assert record["restarts"] in (1, 2) and record["container"]["id"] != cid, record
+    assert record["last_exit"]["code"] == 3, record
+    assert record["unread_exit"] is None, record
+    assert _exits_read(rc, "again") == [(3, False)], rc.events("again")
+    assert engine.ours(rc.state) == [record["container"]["id"]]  # the old one read, removed
+    assert not rc_file.exists()
     rc.down()
     assert engine.ours(rc.state) == []
     assert sorted((rc.state / "run").glob("reconcile-*")) == []

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,15 @@ if os.fork() == 0:
         os.rename(sys.argv[2] + ".tmp", sys.argv[2])
         os.execvp("env", ["env", "-i", "sleep", "600"])
     os._exit(0)
-if sys.argv[3] == "crash":
-    import time
-    while not os.path.exists(sys.argv[2]):
+if sys.argv[3] == "crash":  # once the child runs sleep: a pass that sees the crash at once
+    import time              # then stops sleep, never a child still on its way to it
+    def sleeping():
+        try:
+            pid = int(open(sys.argv[2]).read())
+            return open("/proc/%d/cmdline" % pid, "rb").read() == b"sleep\\x00600\\x00"
+        except (OSError, ValueError):
+            return False
+    while not sleeping():
         time.sleep(0.01)
     sys.exit(3)
 import controller.demo.engine as e
@@ -150,6 +157,88 @@ def test_down_on_a_replaced_state_dir_stops_the_escaped_child_its_note_named(
     assert "stopped esc" in down.out, str(down)
     wait_gone(pid, timeout=30)
     assert not cg.exists()
+
+
+# First life: the engine double-forks a child that leaves its session, drops its
+# environment and binds the engine's port, answering 502 to all (SIGTERM: it writes
+# "term" to argv[4] and exits), then dies (3) before it is Ready. Next lives: the demo
+# engine on that port. The child's script is argv[5]; it writes "<pid> <port>" to argv[3].
+HOLDS_PORT = """
+import os, sys, time
+port, lives, pidfile, termfile, child = sys.argv[1:6]
+if os.path.exists(lives):
+    import controller.demo.engine as e
+    e.main(["--port", port])
+    sys.exit(0)
+open(lives, "w").close()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("env", ["env", "-i", sys.executable, "-c", child, port, pidfile, termfile])
+    os._exit(0)
+while not os.path.exists(pidfile):
+    time.sleep(0.01)
+sys.exit(3)
+"""
+ANSWERS_502 = """
+import os, signal, socket, sys
+port, pidfile, termfile = sys.argv[1:4]
+def on_term(sig, frame):
+    with open(termfile + ".tmp", "w") as f:
+        f.write("term")
+    os.rename(termfile + ".tmp", termfile)
+    os._exit(0)
+signal.signal(signal.SIGTERM, on_term)
+server = socket.create_server(("127.0.0.1", int(port)))
+with open(pidfile + ".tmp", "w") as f:
+    f.write("%d %s" % (os.getpid(), port))  # no braces: the command's placeholders
+os.rename(pidfile + ".tmp", pidfile)
+while True:
+    conn, _ = server.accept()
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.1 502 Bad Gateway\\r\\nContent-Length: 0\\r\\n"
+                 b"Connection: close\\r\\n\\r\\n")
+    conn.close()
+"""
+
+
+@pytest.mark.parametrize("passes", ["--once", "the daemon"])
+def test_a_dead_engines_child_holding_its_port_is_stopped_and_the_engine_restarts_there(
+    reconcile: Any, escapee: Path, passes: str
+) -> None:
+    """The engine died before it was Ready; a child it left (another session, no marker)
+    still holds its port and answers 502. That port is the dead engine's, not another
+    process's: the pass stops the child (its SIGTERM, its grace) with the engine's cgroup
+    and restarts the engine in place, where the new engine answers, not the child. The
+    daemon's stop is deferred (signalled, then finished by a later pass once the cgroup
+    is empty), a `--once`'s waits."""
+    lives, term = reconcile.tmp / "lives", reconcile.tmp / "term"
+    reconcile.write("esc", command=[sys.executable, "-c", HOLDS_PORT, "{port}", str(lives),
+                                    str(escapee), str(term), ANSWERS_502],
+                    stopGracePeriodSeconds=60)  # fmt: skip
+    if passes == "--once":
+        reconcile.converge(timeout="120s")
+    else:
+        daemon = _daemon(reconcile, "restarts")
+        wait_for(lambda: _ready(reconcile, "esc") and reconcile.record("esc")["restarts"],
+                 timeout=120, what="esc restarted and Ready")  # fmt: skip
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=120) == 0
+    pid, port = map(int, escapee.read_text().split())
+    wait_gone(pid, timeout=30)
+    rec = reconcile.record("esc")
+    assert rec is not None and rec["phase"] == "Ready", rec
+    said = [e["reason"] for e in reconcile.events("esc")]
+    assert not any("taken by another process" in r for r in said), said
+    assert (rec["port"], rec["restarts"]) == (port, 1), said
+    assert term.exists() and term.read_text() == "term", "the child got no stop signal"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as answer:
+        assert answer.status == 200  # the new engine's, not the child's 502
+    assert [c.name for c in engine_cgroups(reconcile)] == [
+        cgroups.name(str(stateid.peek(reconcile.state)), "esc", reconcile.store().read("esc").nonce)
+    ]
+    reconcile.down()
+    assert engine_cgroups(reconcile) == []
 
 
 def test_engines_outlive_the_daemon_and_the_next_one_stops_the_escaped_child(

@@ -391,7 +391,8 @@ class Wrapper:
 
     def _drop_unread_exits(self, runs: Path, records: Callable[[], Iterable[Record]]) -> int:
         """Remove the exit files (``run/<container>.rc``) of engines no record names any
-        more (a `run` that ended after its record's teardown had looked; a crash of ours
+        more, as its run or as the one before it still to read (``Record.unread_exit``)
+        (a `run` that ended after its record's teardown had looked; a crash of ours
         between an engine's start and its record, or between its end and its teardown),
         with the container each names once it has ended (it is no one's to read); how many.
         One whose container still runs (an orphan the pass reaps), or whose runtime does
@@ -399,7 +400,8 @@ class Wrapper:
         listed = sorted(runs.glob("reconcile-*.rc"))
         if not listed:
             return 0
-        nonces = {r.nonce for r in records()}
+        named = list(records())  # a run restarted unread is its record's still (lateexits)
+        nonces = {r.nonce for r in named} | {r.unread_exit.nonce for r in named if r.unread_exit}
         dropped = 0
         for path in listed:
             if path.stem.rpartition("-")[2] not in nonces and self._forget(path):

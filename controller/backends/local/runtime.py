@@ -14,9 +14,10 @@ its spawn note (``store/instances/spawnnotes.py``) where its marker cannot be re
 pass that lost its record adopts it; no note makes it ours to signal, so a sweep skips it.
 
 Where this process may make cgroups (``host/cgroups.py``), each engine runs in its own,
-named in its spawn note: the stop signal goes to its members too, and once the engine
-has ended its teardown kills every member left (a child that left the group and
-dropped the marker) and removes the cgroup, before the note goes.
+named in its spawn note (or, where no note could be written, found by its name): the
+stop signal goes to its members too, and the grace runs until the cgroup is empty,
+the leader dead or not; then its teardown kills every member left (a child that left
+the group and dropped the marker) and removes the cgroup, before the note goes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller import failpoints
-from controller.backends.base import CommandLine, ExitStatus, Held, StartRequest, engine_env
+from controller.backends.base import (
+    NOT_KEPT,
+    CommandLine,
+    ExitStatus,
+    Held,
+    StartRequest,
+    engine_env,
+)
 from controller.backends.local import execgate
 from controller.core.devices.inventory import Inventory
 from controller.core.imagepulls import ImageWait
@@ -67,6 +75,7 @@ from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
     from controller.backends.local.container import Wrapper
+    from controller.host.containers import Runtime
 
 log = get_logger("reconcile")
 
@@ -225,6 +234,37 @@ class LocalBackend:
             return None
         self._remove_container(rec, rec.container)
         return ExitStatus(ended.code, None, oom_killed=ended.oom_killed)
+
+    def previous_exit(self, rec: Record) -> ExitStatus | None:
+        """The run before ``rec``'s own, restarted while its runtime did not answer: its
+        container's State, once it answers, then the container and its exit file removed
+        (the file, kept till then, is what keeps ``drop_unused_env_files`` from removing
+        the container unread). NOT_KEPT: the file or the container is gone."""
+        before = rec.unread_exit
+        if before is None:
+            return None
+        from controller.backends.local.container import exit_file
+        from controller.host.containers import Runtime
+
+        path = exit_file(self.state_dir, instance_of(rec.name), before.nonce)
+        if not path.exists():
+            return NOT_KEPT
+        runtime = Runtime(before.container.runtime)
+        ended = runtime.ended(before.container.id)
+        if ended is None:
+            return self._unread_gone(runtime, before.container.id, path)
+        with contextlib.suppress(ContainerError):  # not removed: a later pass's, as unused
+            runtime.remove(before.container.id, 0)
+            path.unlink(missing_ok=True)
+        return ExitStatus(ended.code, None, oom_killed=ended.oom_killed)
+
+    def _unread_gone(self, runtime: Runtime, cid: str, path: Path) -> ExitStatus | None:
+        """NOT_KEPT where the runtime answers that the container is gone (its exit file
+        then removed); None where it does not answer, or the container runs on."""
+        if not runtime.removed(cid):
+            return None
+        path.unlink(missing_ok=True)
+        return NOT_KEPT
 
     def _exited_container(self, ref: ProcessRef, code: int | None) -> None:
         from controller.backends.local.container import RUNTIME_CODES
@@ -523,6 +563,7 @@ class LocalBackend:
         """Stop an instance completely; returns once nothing of it is left. NotProvenOurs,
         nothing signalled, for a live leader whose marker this user may not read."""
         deadline = time.monotonic() + grace
+        cg = self._cgroup_of(nonce)
         if ref is not None and self.alive(ref):
             self._learn_cgroup(ref.pid)
             self._signal_all(ref, sig, nonce)
@@ -531,20 +572,52 @@ class LocalBackend:
             # signal, so it gets its grace period to exit instead of waiting it out.
             self._signal_all(ref, signal.SIGCONT, nonce)
             failpoints.hit("runtime.stop.after_signal")
-            while self._instance_alive(ref, nonce) and time.monotonic() < deadline:
-                time.sleep(POLL)
+            self._wait_ended(ref, nonce, cg, deadline)
             if self.alive(ref):
                 self._signal_group(ref, signal.SIGKILL, nonce=nonce)
+        elif self._signal_remains(ref, nonce, sig):
+            self._wait_ended(ref, nonce, cg, deadline)
         self.sweep(nonce, ref)
+
+    def _wait_ended(
+        self, ref: ProcessRef | None, nonce: str | None, cg: Path | None, deadline: float
+    ) -> None:
+        """Until nothing of the instance runs (its leader, its marker processes, its
+        cgroup's members: a child that left the group and dropped the marker gets the
+        grace too, whenever the leader ends) or ``deadline``."""
+        while time.monotonic() < deadline and (
+            (ref is not None and self._instance_alive(ref, nonce))
+            or (cg is not None and cgroups.members(cg))
+        ):
+            time.sleep(POLL)
+
+    def _signal_remains(self, ref: ProcessRef | None, nonce: str | None, sig: int) -> bool:
+        """``sig`` (and SIGCONT) to what is left of an engine whose leader is dead: its
+        group's members and its cgroup's, as systemd's stop signals the whole control
+        group before its timeout's SIGKILL. False: nothing was left to signal."""
+        cg = self._cgroup_of(nonce)
+        left = bool(cg is not None and cgroups.members(cg))
+        if nonce is not None:
+            left = left or any(m.nonce == nonce and m.noted is None for m in self.scan())
+        if not left:
+            return False
+        for each in (sig, signal.SIGCONT):
+            if ref is not None:
+                self._signal_group(ref, each, nonce=nonce, leader_alive=False)
+            if cg is not None:
+                cgroups.signal_all(cg, each)
+        return True
 
     def signal_stop(self, rec: Record) -> bool:
         """``stop``'s signals without its wait: the daemon's passes go on through the grace
         period, and a later one finishes the teardown (``teardown``). A container stops by
-        the runtime's kill with the stop signal (its `stop` without the wait); an engine
-        already gone, by ``teardown``'s sweep at once (what is left of its group gets no
-        grace: ``stop``)."""
-        if not self.alive(rec.ref):
-            return False
+        the runtime's kill with the stop signal (its `stop` without the wait). An engine
+        whose leader is gone: what is left of it (its group, its cgroup) gets the signal
+        and its grace; nothing left, False (``teardown``'s sweep at once)."""
+        if not self.alive(rec.ref):  # what is left of it gets its stop signal and grace
+            return rec.container is None and self._signal_remains(
+                rec.ref, rec.nonce, rec.stop_signal
+            )
         assert rec.ref is not None  # alive
         if rec.container is not None:
             return self._signal_container(rec.container, rec.stop_signal)
@@ -565,7 +638,16 @@ class LocalBackend:
         if nonce is None:
             return None
         note = next((n for n in self.notes.read_all() if n.nonce == nonce), None)
-        return None if note is None else cgroups.ours(note.cgroup, self.state_id(), nonce)
+        if note is None:
+            return self._cgroup_named(nonce)
+        return cgroups.ours(note.cgroup, self.state_id(), nonce)
+
+    def _cgroup_named(self, nonce: str) -> Path | None:
+        """The cgroup of run ``nonce`` no note names (its spawn note could not be written):
+        found by its name, this state dir's id and that run's, where this process makes
+        them (``cgroups.named``)."""
+        here, at = self.state_id(), cgroups.parent()
+        return None if here is None or at is None else cgroups.named(at, here, nonce)
 
     def _signal_container(self, container: ContainerRef, sig: int) -> bool:
         """A container engine's stop signal, sent by its runtime (the container's PID 1
@@ -582,7 +664,18 @@ class LocalBackend:
             return False
 
     def stopped(self, rec: Record) -> bool:
-        return rec.ref is None or not self._instance_alive(rec.ref, rec.nonce)
+        if rec.ref is None:
+            return True
+        return not self._instance_alive(rec.ref, rec.nonce) and not self.remains(rec)
+
+    def remains(self, rec: Record) -> bool:
+        """A member of the cgroup of ``rec``'s engine runs though its leader is gone (a
+        child that left its group and dropped its marker): its port is still the dead
+        engine's, never another process's, until its teardown empties the cgroup."""
+        if rec.container is not None or rec.ref is None or self.alive(rec.ref):
+            return False
+        cg = self._cgroup_of(rec.nonce)
+        return cg is not None and bool(cgroups.members(cg))
 
     def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:
         """SIGKILL the group and every marker process of ``nonce``; wait until gone."""
@@ -607,6 +700,10 @@ class LocalBackend:
                         killed.append(m.ref)
             time.sleep(POLL)
         self._wait_exited(killed, deadline)
+        if nonce not in self._learned and not any(n.nonce == nonce for n in self.notes.read_all()):
+            found = self._cgroup_named(nonce)  # no note names it: empties it by its name
+            if found is not None:
+                self._learned[nonce] = found
         self._empty_learned(nonce)
         self._drop_dead_notes()
         return len(killed) - (ref is not None)

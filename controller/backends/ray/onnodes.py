@@ -33,6 +33,9 @@ class OnTheirNodes:
     def late_exit(self, rec: Record) -> ExitStatus | None:
         return None  # an actor reads its engine's exit on its node, as it ends
 
+    def previous_exit(self, rec: Record) -> ExitStatus | None:
+        return None  # a cluster's restart keeps no container of its own to read
+
     def prove_ours(self, rec: Record) -> None:
         return None  # an actor's engine is its own unreaped child: ours by construction
 
@@ -47,3 +50,6 @@ class OnTheirNodes:
 
     def stopped(self, rec: Record) -> bool:
         return True  # ``signal_stop`` begins nothing here: ``teardown`` does all of it
+
+    def remains(self, rec: Record) -> bool:
+        return False  # an actor's engine ends whole with it, on its node

@@ -28,6 +28,7 @@ from controller.core.state import (
     ProbeConfig,
     ProcessRef,
     Record,
+    UnreadExit,
 )
 
 T = TypeVar("T")
@@ -190,6 +191,16 @@ def _exit_info(f: Fields) -> ExitInfo:
     )
 
 
+def _unread_exit(f: Fields) -> UnreadExit:
+    return f.build(
+        lambda: UnreadExit(
+            nonce=f.take("nonce", str),
+            container=_required(f.nested("container", _container), f.path("container")),
+            exit=_required(f.nested("exit", _exit_info), f.path("exit")),
+        )
+    )
+
+
 def _required(value: T | None, where: str) -> T:
     if value is None:
         raise RecordInvalid(f"{where}: field required")
@@ -293,6 +304,7 @@ def record_v3(data: object) -> Record:
             restarts=f.take("restarts", int, b.restarts),
             backoff_until=f.time("backoff_until"),
             last_exit=f.nested("last_exit", _exit_info),
+            unread_exit=f.nested("unread_exit", _unread_exit),
             revision=f.maybe("revision", str),
             message=f.take("message", str, b.message),
             idle_since=f.time("idle_since"),

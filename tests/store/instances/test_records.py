@@ -20,7 +20,16 @@ from disks import fill, fill_inodes, tmpfs
 from fsevents import Writes
 from strategies import record
 
-from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
+from controller.core.state import (
+    VERSION,
+    ContainerRef,
+    ExitInfo,
+    Phase,
+    ProbeConfig,
+    ProcessRef,
+    Record,
+    UnreadExit,
+)
 from controller.errors import ConfigError, RecordError
 from controller.store import diskspace
 from controller.store.documents import write_atomic
@@ -374,6 +383,9 @@ def test_pending_record_holds_nothing() -> None:
 NOW = datetime(2026, 12, 1, 11, 0, 0, 123456, tzinfo=UTC)
 
 
+AT = NOW.isoformat()
+
+
 def full_record() -> Record:
     """A record with every kind of field set: nested values, tuples, datetimes, None."""
     return Record(
@@ -394,6 +406,11 @@ def full_record() -> Record:
         probe=ProbeConfig(http=(("/health", None), ("/v1/models", "ok")), period_seconds=0.5),
         started_at=NOW,
         last_exit=ExitInfo(code=3, at=NOW, reason="boom"),
+        unread_exit=UnreadExit(
+            nonce="n0",
+            container=ContainerRef(runtime="docker", id="c0", image="engine:1"),
+            exit=ExitInfo(at=NOW, reason="run said none"),
+        ),
         labels={"team": "search"},
     )
 
@@ -454,6 +471,7 @@ def test_a_record_that_kept_an_api_key_loads_and_is_written_without_it(
         ({"started_at": "yesterday"}, "started_at: not an ISO 8601 time"),
         ({"probe": {"http": [["/health"]]}}, "probe.http.0: should be [path, contains]"),
         ({"last_exit": {"code": 1}}, "last_exit.at: field required"),
+        ({"unread_exit": {"nonce": "n0", "exit": {"at": AT}}}, "unread_exit.container: field"),
         ({"labels": {"team": 1}}, "labels.team: should be str, not int"),
         ({"owner": None}, "owner: should be str, not null"),
     ],
