@@ -28,6 +28,11 @@ from controller.core.pulls import PullView
 # so a wall-clock step neither delays a wake nor skips the back-off's reset (docs/design.md,
 # "Clock steps"). Version 2 files are still read (without them: the wall clock decides).
 VERSION = 3
+# 4: ``unread_exit``, a run restarted before its runtime said its exit code. Only a record
+# holding one is written as version 4 (``to_json``): every other stays a version-3 file,
+# which the releases before it read; to them a version-4 record is a newer one, left in
+# place and named, never quarantined (its engine is not lost to them, only not managed).
+NEWEST_VERSION = 4
 START_TIME_TOLERANCE = 0.05  # seconds; a start time is exact to a clock tick
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
 

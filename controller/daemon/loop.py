@@ -30,7 +30,7 @@ from controller.core.actions import Conflict, Hold, HoldChange
 from controller.core.elapsed import BootClock
 from controller.core.manifest.specs import base_name
 from controller.core.plan import backoff
-from controller.core.state import VERSION, Activation, Phase, ProcessRef, Record
+from controller.core.state import NEWEST_VERSION, Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch, Stamp, stamps
 from controller.daemon.gitfetch import Fetcher
@@ -918,7 +918,7 @@ def _note_set(config: Config) -> None:
         owner=config.owner,
         labels=config.labels,
         devices=devices,
-        records=VERSION,
+        records=NEWEST_VERSION,  # the newest it reads
     )
     daemonset.note(config.state_dir, running)
 

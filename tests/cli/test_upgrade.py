@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from controller.core.state import VERSION
+from controller.core.state import NEWEST_VERSION, VERSION
 from tests.conftest import PYTHON
 from tests.procs import wait_for
 
@@ -103,7 +103,7 @@ def test_a_once_beside_a_daemon_of_this_version_runs(reconcile: Any) -> None:
     daemon = reconcile.daemon()
     note = reconcile.state / "daemon.json"
     wait_for(
-        lambda: note.exists() and json.loads(note.read_text()).get("records") == VERSION,
+        lambda: note.exists() and json.loads(note.read_text()).get("records") == NEWEST_VERSION,
         what="the daemon's note of the record version it reads",
     )
     reconcile.write("chat", env={"EDITED": "1"})

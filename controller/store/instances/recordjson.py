@@ -21,6 +21,7 @@ from controller.core.elapsed import BootClock
 from controller.core.engines import RecipeError, default_affinity, readiness_deadline
 from controller.core.manifest.names import model_names
 from controller.core.state import (
+    NEWEST_VERSION,
     VERSION,
     ContainerRef,
     ExitInfo,
@@ -42,8 +43,14 @@ class RecordInvalid(ValueError):
 
 
 def to_json(record: Record) -> bytes:
-    data = json.dumps(dataclasses.asdict(record), indent=1, default=_iso)
-    return data.encode() + b"\n"
+    data = dataclasses.asdict(record)
+    # Version 4 only where it says more than 3 (NEWEST_VERSION): the rest stay files the
+    # releases before it read (an unknown field would have them quarantine the record).
+    if data["unread_exit"] is None:
+        del data["unread_exit"]
+    else:
+        data["version"] = NEWEST_VERSION
+    return json.dumps(data, indent=1, default=_iso).encode() + b"\n"
 
 
 def _iso(value: object) -> str:
@@ -253,8 +260,8 @@ def _device_uuids(f: Fields) -> tuple[str | None, ...]:
     return tuple(u if isinstance(u, str) else None for u in uuids)
 
 
-def record_v3(data: object) -> Record:
-    """Version 3: every field of :class:`Record` as ``to_json`` writes it."""
+def record_v4(data: object) -> Record:
+    """Version 4: every field of :class:`Record` as ``to_json`` writes it."""
     f, b = Fields(data), _BLANK
     return f.build(
         lambda: Record(
@@ -318,6 +325,17 @@ def _boot_clock(f: Fields) -> BootClock:
     return f.build(
         lambda: BootClock(boot_id=f.take("boot_id", str), seconds=f.take("seconds", float))
     )
+
+
+# Fields version 4 added: a version-3 file holding one was not written by version 3.
+_ADDED_IN_V4 = ("unread_exit",)
+
+
+def record_v3(data: object) -> Record:
+    """Version 3: version 4 without an unread exit (``to_json`` writes a record holding
+    one as version 4, every other as version 3)."""
+    _refuse(Fields(data), _ADDED_IN_V4)
+    return record_v4(data)
 
 
 # Fields version 3 added: a version-2 file holding one was not written by version 2.
@@ -416,4 +434,9 @@ def _facts(spec: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 # The record versions this reconcile reads; a file of another is left in place (records.py).
-READERS: dict[int, Callable[[object], Record]] = {1: record_v1, 2: record_v2, VERSION: record_v3}
+READERS: dict[int, Callable[[object], Record]] = {
+    1: record_v1,
+    2: record_v2,
+    VERSION: record_v3,
+    NEWEST_VERSION: record_v4,
+}

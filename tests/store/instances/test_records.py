@@ -21,6 +21,7 @@ from fsevents import Writes
 from strategies import record
 
 from controller.core.state import (
+    NEWEST_VERSION,
     VERSION,
     ContainerRef,
     ExitInfo,
@@ -33,7 +34,7 @@ from controller.core.state import (
 from controller.errors import ConfigError, RecordError
 from controller.store import diskspace
 from controller.store.documents import write_atomic
-from controller.store.instances.recordjson import RecordInvalid, from_json, to_json
+from controller.store.instances.recordjson import RecordInvalid, from_json, record_v3, to_json
 from controller.store.instances.records import RecordStore, check_name
 
 
@@ -421,6 +422,22 @@ def test_a_record_round_trips_through_json() -> None:
     assert again == rec and again.probe.http[1] == ("/v1/models", "ok")
     assert isinstance(again.extra_ports, tuple) and again.phase is Phase.BACKOFF
     assert list(json.loads(to_json(rec))) == [f.name for f in dataclasses.fields(Record)]
+
+
+def test_only_a_record_holding_an_unread_exit_is_written_as_version_4() -> None:
+    """``unread_exit`` came after version 3, whose readers (the releases before it) refuse
+    an unknown field: as ``"unread_exit": null`` in every record it had them quarantine
+    every record after a downgrade. A record without one is a version-3 file as before;
+    one holding it is version 4, which those releases leave in place as newer."""
+    plain = dataclasses.replace(full_record(), unread_exit=None)
+    doc = json.loads(to_json(plain))
+    assert doc["version"] == VERSION == 3 and "unread_exit" not in doc
+    assert record_v3(doc) == plain  # what the release before reads it as
+    held = json.loads(to_json(full_record()))
+    assert held["version"] == NEWEST_VERSION == 4 and held["unread_exit"]["nonce"] == "n0"
+    assert from_json(json.dumps(held)) == full_record()
+    with pytest.raises(RecordInvalid, match="unread_exit: unknown field"):
+        from_json(json.dumps({**held, "version": 3}))  # version 3 never wrote one
 
 
 def test_reads_what_earlier_releases_wrote() -> None:
