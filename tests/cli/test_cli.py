@@ -371,7 +371,7 @@ def test_an_unknown_record_version_says_how_to_recover(reconcile: Any) -> None:
     reconcile.wait_for(lambda: reconcile.pids("old"), what="the newer engine's marker")
     reconcile.write("web", devices={"count": 1})
     result = reconcile.once(check=1)
-    hint = "understands versions 1, 2, 3. Run the reconcile that wrote it, or stop its engine"
+    hint = "understands versions 1, 2, 3, 4. Run the reconcile that wrote it, or stop its engine"
     assert "has version 7" in result.err and hint in result.err
     web = reconcile.status()["web"]
     assert web["devices"] == ["nvidia:1"]  # what the unreadable record holds stays held

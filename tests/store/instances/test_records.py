@@ -326,7 +326,7 @@ def test_unknown_version_is_an_error_that_says_how_to_recover(store: RecordStore
     snap = store.load()
     assert "web" not in snap.records
     (problem,) = snap.problems
-    assert "has version 99; this reconcile understands versions 1, 2, 3" in problem.message
+    assert "has version 99; this reconcile understands versions 1, 2, 3, 4" in problem.message
     assert "Run the reconcile that wrote it, or stop its engine and move the file away" in (
         problem.message
     )
