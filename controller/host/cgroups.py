@@ -113,11 +113,15 @@ def members(cg: Path) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def signal_all(cg: Path, sig: int) -> None:
-    """``sig`` to each member: the kernel lists only processes inside our cgroup."""
+def signal_all(cg: Path, sig: int, *, but_group: int | None = None) -> None:
+    """``sig`` to each member: the kernel lists only processes inside our cgroup.
+    ``but_group``: a process group that has just had ``sig`` (its leader and members
+    are skipped): a stop signal is sent once to each process, as a second SIGTERM or
+    SIGINT is a forced exit to many servers (uvicorn's, Python's own at shutdown)."""
     for pid in members(cg):
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+            if but_group is None or (pid != but_group and os.getpgid(pid) != but_group):
+                os.kill(pid, sig)
 
 
 def kill(cg: Path, deadline: float) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -180,6 +181,38 @@ def test_a_spawned_engine_is_in_its_cgroup_until_its_stop_removes_it(
     assert cgroups.members(cg) == [ref.pid]
     rt.stop(ref, "n2", 15, 10.0)
     assert not cg.exists() and not rt.notes.read_all()
+
+
+# An engine that counts its stop signals: a real-time signal, which the kernel queues
+# (SIGTERM's second send would merge with the first while pending), blocked and waited for.
+COUNTS = """
+import signal, sys
+sig = signal.SIGRTMIN + 1
+signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+open(sys.argv[1] + ".ready", "w").close()
+signal.sigwait([sig])
+got = 1
+while signal.sigtimedwait([sig], 1.0) is not None:  # a second send: microseconds after
+    got += 1
+with open(sys.argv[1], "w") as f:
+    f.write(str(got))
+"""
+
+
+@WRITABLE
+def test_an_engine_in_its_cgroup_gets_its_stop_signal_once(
+    rt: LocalBackend, tmp_path: Path
+) -> None:
+    """The stop signal went to the engine's process group, then to each member of its
+    cgroup, the engine among them: twice. A second SIGTERM or SIGINT is a forced exit to
+    many servers (uvicorn's), and the demo engine, caught in Python's shutdown by it,
+    wrote a traceback into its log (a CI run's tests/ux/test_ux_down.py)."""
+    got = tmp_path / "got"
+    ref = rt.spawn([sys.executable, "-c", COUNTS, str(got)], dict(os.environ), name="web",
+                   nonce="n5", log_path=tmp_path / "web.log")  # fmt: skip
+    wait_for(Path(f"{got}.ready").exists, timeout=60, what="the engine's signal mask")
+    rt.stop(ref, "n5", signal.SIGRTMIN + 1, 30.0)
+    assert got.read_text() == "1"
 
 
 def test_where_no_cgroup_is_ours_an_engine_runs_as_before(tmp_path: Path) -> None:

@@ -602,10 +602,11 @@ class LocalBackend:
         if not left:
             return False
         for each in (sig, signal.SIGCONT):
+            group = None
             if ref is not None:
-                self._signal_group(ref, each, nonce=nonce, leader_alive=False)
+                group = self._signal_group(ref, each, nonce=nonce, leader_alive=False)
             if cg is not None:
-                cgroups.signal_all(cg, each)
+                cgroups.signal_all(cg, each, but_group=group)
         return True
 
     def signal_stop(self, rec: Record) -> bool:
@@ -628,10 +629,10 @@ class LocalBackend:
     def _signal_all(self, ref: ProcessRef, sig: int, nonce: str | None) -> None:
         """``sig`` to the engine's group (NotProvenOurs first, as ever), then to every
         member of its cgroup: a child that left the group gets its grace period too."""
-        self._signal_group(ref, sig, nonce=nonce)
+        group = self._signal_group(ref, sig, nonce=nonce)
         cg = self._cgroup_of(nonce)
         if cg is not None:  # the kernel lists only processes inside our cgroup: ours
-            cgroups.signal_all(cg, sig)
+            cgroups.signal_all(cg, sig, but_group=group)  # each process once
 
     def _cgroup_of(self, nonce: str | None) -> Path | None:
         """The cgroup ``nonce``'s spawn note names, if it is one of ours for that run."""
@@ -937,27 +938,31 @@ class LocalBackend:
 
     def _signal_group(
         self, ref: ProcessRef, sig: int, *, nonce: str | None, leader_alive: bool = True
-    ) -> None:
+    ) -> int | None:
+        """``sig`` to the engine's process group; the group it reached (None: none, or
+        its leader alone), whose processes a cgroup's signal then skips."""
         if not self._may_signal(ref, nonce):
-            return
+            return None
         if leader_alive and not self.alive(ref):
-            return  # never signal a process whose identity does not match (invariant 6)
+            return None  # never signal a process whose identity does not match (invariant 6)
         if not leader_alive and _reused(ref):
-            return  # the pid (so the group id) is another process's now (invariant 6)
+            return None  # the pid (so the group id) is another process's now (invariant 6)
         if not leader_alive and nonce is not None and not self._group_carries(ref.pid, nonce):
-            return  # no member is proven ours: the group id may be another's (a reboot)
+            return None  # no member is proven ours: the group id may be another's (a reboot)
         try:
             # Engines are session (and group) leaders: pgid == pid. An adopted engine
             # that moved groups is signalled alone; the marker sweep finds the rest.
             if leader_alive and os.getpgid(ref.pid) != ref.pid:
                 os.kill(ref.pid, sig)
-            else:
-                os.killpg(ref.pid, sig)
+                return None
+            os.killpg(ref.pid, sig)
         except ProcessLookupError:
-            pass
+            return None
         except PermissionError as exc:
             if exc.errno != errno.EPERM:
                 raise
+            return None
+        return ref.pid
 
 
 def _gate_env() -> dict[str, str]:
