@@ -274,6 +274,11 @@ def test_a_later_deployment_of_a_removed_ones_name_has_its_own_events(reconcile:
         "removed with its manifest, nothing of it runs now: its events end here"
         " (a new deployment of this name starts its own)"
     ), removals
+    # describe, like kubectl, finds no such deployment, and says where its story is kept
+    told = rc("describe", "web", check=1).err
+    assert "no deployment named 'web'" in told, told
+    assert "web was removed " in told and "ago, manifest removed" in told, told
+    assert "`reconcile events web`" in told and "`reconcile logs web`" in told, told
     rc.write("web", basePort=rc.port + 10, env={"LATER": "1"})
     rc.converge()
     own = [json.loads(line) for line in rc("events", "web", "-o", "json", check=0).out.splitlines()]

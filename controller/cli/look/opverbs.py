@@ -111,10 +111,34 @@ def _none_described(args: argparse.Namespace, records: Iterable[Record], where: 
 
     if args.name and not any(selects(args.name, r) for r in records):
         print(no_such(args.name, (base_name(r.name) for r in records), where), file=sys.stderr)
+        removed = _removed(where, args.name)
+        if removed is not None:  # kubectl says NotFound; the node still has its story
+            print(removed, file=sys.stderr)
     else:
         which = f"named {args.name!r}" if args.name else "matches the selector"
         print(f"reconcile: no deployment {which}", file=sys.stderr)
     return EXIT_FAIL
+
+
+def _removed(where: Path, name: str) -> str | None:
+    """When ``name``'s journal ends with its ``removed`` event: when and why it went, and
+    the verbs that still show it (its events and its last log are kept)."""
+    from controller.cli.render.views import age
+    from controller.store.instances.events import REMOVED, Journal
+
+    events = Journal(where).read(name, last=1)
+    if not events or events[-1].get("action") != REMOVED:
+        return None
+    event = events[-1]
+    try:
+        when = age(datetime.fromisoformat(str(event.get("time"))), datetime.now(UTC)) + " ago"
+    except ValueError:
+        when = "earlier"
+    why = f", {event['reason']}" if event.get("reason") else ""
+    return (
+        f"reconcile: {name} was removed {when}{why}; nothing of it runs: "
+        f"`reconcile events {name}` shows its events, `reconcile logs {name}` its last log"
+    )
 
 
 # -- logs ------------------------------------------------------------
