@@ -84,6 +84,22 @@ tgi_batch_current_size 8
         (LLAMA_CPP, EngineLoad(1.0, 0.125)),
         (TGI, EngineLoad(3.0, None)),
         ("", EngineLoad(None, None)),
+        # the cache's size in tokens: vLLM's info labels, SGLang's gauge (ranks summed)
+        (
+            VLLM + 'vllm:cache_config_info{block_size="16",cache_dtype="auto",'
+            'enable_prefix_caching="True",num_cpu_blocks="0",num_gpu_blocks="2048"} 1.0\n',
+            EngineLoad(7.0, 0.4375, 32768.0),
+        ),
+        (
+            'vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1.0\n',
+            EngineLoad(None, None),
+        ),
+        (
+            SGLANG + 'sglang:max_total_num_tokens{dp_rank="0",model_name="m",tp_rank="0"} 471258\n'
+            'sglang:max_total_num_tokens{dp_rank="0",model_name="m",tp_rank="1"} 471258\n'
+            'sglang:max_total_num_tokens{dp_rank="1",model_name="m",tp_rank="0"} 471258\n',
+            EngineLoad(4.0, 0.25, 942516.0),
+        ),
         ("process_cpu_seconds_total 12.5\nnot a sample\n", EngineLoad(None, None)),
         # two models in one engine: the waiting summed, the fullest cache
         (
@@ -172,10 +188,10 @@ async def _fetch() -> AsyncIterator[Fetch]:
 
 def test_each_engines_queue_as_read_reaches_prefix_routing() -> None:
     """The reader hands every engine's queue, as read, to the routing table
-    (``Table.engine_queued``), which learns how many requests it runs at once; an
-    engine that states no queue hands nothing."""
+    (``Table.engine_read``), which learns how many requests it runs at once; an
+    engine that states nothing of it hands nothing."""
 
-    async def scenario() -> list[tuple[str, float]]:
+    async def scenario() -> list[tuple[str, EngineLoad]]:
         async def metrics_page(request: web.Request) -> web.Response:
             return web.Response(text=LLAMA_CPP)
 
@@ -185,18 +201,18 @@ def test_each_engines_queue_as_read_reaches_prefix_routing() -> None:
             # nothing listens there: no reading, nothing handed on
             Record(name="gone", owner="o", node="n", nonce="n1", port=1, phase=Phase.READY),
         ]
-        seen: list[tuple[str, float]] = []
+        seen: list[tuple[str, EngineLoad]] = []
         try:
             async with _fetch() as fetch:
                 reader = EngineMetricsReader(
-                    fetch, lambda: records, {}, queued=lambda n, w: seen.append((n, w))
+                    fetch, lambda: records, {}, read=lambda n, load: seen.append((n, load))
                 )
                 await reader.once()
         finally:
             await runner.cleanup()
         return seen
 
-    assert asyncio.run(scenario()) == [("n0", 1.0)]
+    assert asyncio.run(scenario()) == [("n0", EngineLoad(1.0, 0.125))]
 
 
 def test_an_engine_whose_metrics_failed_once_is_read_again() -> None:

@@ -18,8 +18,17 @@ from controller.core.engines import default_affinity
 from controller.core.manifest.names import base_name
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Phase, Record
+from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.gateway.routing.affinity import bound
-from controller.gateway.routing.prefix import BLOCK_CHARS, MAX_BLOCKS, Prefixes, chain, prompt_text
+from controller.gateway.routing.prefix import (
+    BLOCK_CHARS,
+    CAPACITY_MAX,
+    MAX_BLOCKS,
+    TOKENS_A_BLOCK,
+    Prefixes,
+    chain,
+    prompt_text,
+)
 from controller.gateway.routing.table import Table
 
 
@@ -164,7 +173,7 @@ def test_the_table_hands_each_reading_to_the_index() -> None:
     other = "n1" if first.nonce == "n0" else "n0"
     for _ in range(2):  # two turns of the family in flight on its holder
         table.request_began(first.nonce)
-    table.engine_queued(first.nonce, 0.0)  # its engine: nothing waiting with 2 of ours
+    table.engine_read(first.nonce, EngineLoad(0.0, None))  # nothing waiting with 2 of ours
     third = table.target("m", prefix=fam(1, 2))
     assert third is not None and third.nonce == first.nonce
     table.prefixes.room.clear()  # counted in flight alone, the third turn moves
@@ -211,6 +220,33 @@ def test_the_tail_of_a_chain_is_evicted_before_its_head() -> None:
     assert index.blocks() == 10
     kept = index.match("a", old)
     assert 0 < kept < len(old) and kept == 10 - len(new)  # its beginning is what stays
+
+
+def test_an_engine_stating_a_larger_cache_is_remembered_to_its_size() -> None:
+    """vLLM and SGLang state their KV cache's size in tokens: an engine that holds more
+    than the default index is remembered to its own size (within ``CAPACITY_MAX``); one
+    that holds less keeps the default (the index errs large); a restarted engine (a new
+    nonce), or one that left, is forgotten with its size."""
+    table = Table(random.Random(3))
+    table.update([rec("p", "n0", 8000), rec("p@1", "n1", 8001)])
+    index = table.prefixes
+    index.capacity = 10
+    table.engine_read("n0", EngineLoad(None, 0.1, 60 * TOKENS_A_BLOCK))
+    table.engine_read("n1", EngineLoad(None, 0.1, 4 * TOKENS_A_BLOCK))  # less: the default
+    assert index.capacity_of("n0") == 60 and index.capacity_of("n1") == 10
+    chains = [fam(f) for f in range(8)]
+    total = sum(len(each) for each in chains)
+    assert 10 < total <= 60
+    for each in chains:
+        index.learn("n0", each)
+        index.learn("n1", each)
+    assert index.blocks() == total + 10
+    assert all(index.match("n0", each) == len(each) for each in chains)  # none forgotten
+    assert index.match("n1", chains[0]) == 0  # the default's ten blocks: the oldest went
+    table.engine_read("n0", EngineLoad(None, 0.1, 10**12))
+    assert index.capacity_of("n0") == CAPACITY_MAX
+    table.update([rec("p@1", "n1", 8001)])  # n0 left the pool
+    assert index.capacity_of("n0") == 10 and "n0" not in index.sized
 
 
 operation = st.one_of(

@@ -26,6 +26,12 @@ llama.cpp's KV cache series is gone from recent builds (the one ``scripts/build-
 pins states none, ``tests/engines/test_llama_health.py``): such an engine states only
 its queue, and ``autoscale.metric: kvCache`` falls back to in flight for it.
 
+Two engines state how many tokens their KV cache holds, which sizes prefix routing's
+index of that engine (routing/prefix.py): vLLM in ``vllm:cache_config_info``'s labels
+(``num_gpu_blocks`` x ``block_size``, its ``CacheConfig.metrics_info``), SGLang as
+``sglang:max_total_num_tokens`` (summed over data parallel ranks, each with its own
+pool; a pool's tensor parallel ranks state it once each). llama.cpp and TGI state none.
+
 ``parse`` is pure: a sample of several label sets (one per model served, one per data
 parallel rank) sums the waiting and takes the fullest cache. A sample with a non-empty
 ``priority`` label is skipped: SGLang with ``--enable-priority-scheduling`` states its
@@ -64,6 +70,9 @@ KV_CACHE = (
     "sglang:token_usage",
     "llamacpp:kv_cache_usage_ratio",
 )
+CACHE_TOKENS = "sglang:max_total_num_tokens"
+CACHE_INFO = "vllm:cache_config_info"
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 # GET (host, port, path) of an engine: its status and, of a 200, its text; None when no
 # whole answer came (surface/routes.py gives the gateway's own client: http/upstream.py).
 Fetch = Callable[[str, int, str], Awaitable[tuple[int, str] | None]]
@@ -75,12 +84,15 @@ BREAKDOWN = re.compile(r'(?:^|,)\s*priority="(?:[^"\\]|\\.)+"')
 class EngineLoad:
     waiting: float | None  # requests the engine holds in its queue (None: it says not)
     kv_cache: float | None  # its KV cache's fill, 0..1 (None: it says not)
+    cache_tokens: float | None = None  # tokens its KV cache holds (None: it says not)
 
 
 def parse(text: str) -> EngineLoad:
     """The load an engine's Prometheus text states (see the module's docstring)."""
     waiting: float | None = None
     kv: float | None = None
+    tokens: float | None = None
+    pools: dict[str, float] = {}  # SGLang's data parallel rank -> its pool's tokens
     for line in text.splitlines():
         found = _sample(line)
         if found is None:
@@ -92,7 +104,22 @@ def parse(text: str) -> EngineLoad:
             waiting = (waiting or 0.0) + value
         elif name in KV_CACHE:
             kv = max(kv or 0.0, min(1.0, max(0.0, value)))
-    return EngineLoad(waiting, kv)
+        elif name == CACHE_TOKENS and value > 0:
+            rank = dict(_LABEL.findall(labels)).get("dp_rank", "")  # its tensor ranks: one pool
+            pools[rank] = max(pools.get(rank, 0.0), value)
+        elif name == CACHE_INFO and value > 0:
+            tokens = _info_tokens(labels) or tokens
+    return EngineLoad(waiting, kv, sum(pools.values()) if pools else tokens)
+
+
+def _info_tokens(labels: str) -> float | None:
+    """vLLM's cache size in tokens, from its cache_config_info's labels."""
+    found = dict(_LABEL.findall(labels))
+    try:
+        tokens = float(found["num_gpu_blocks"]) * float(found["block_size"])
+    except (KeyError, ValueError):  # "None" before the engine has profiled its memory
+        return None
+    return tokens if math.isfinite(tokens) and tokens > 0 else None
 
 
 def _sample(line: str) -> tuple[str, str, float] | None:
@@ -137,10 +164,10 @@ class EngineMetricsReader:
         loads: dict[tuple[str, str], EngineLoad],
         after: Callable[[dict[tuple[str, str], EngineLoad], float], Awaitable[None]] | None = None,
         changed: Callable[[], Awaitable[None]] | None = None,
-        queued: Callable[[str, float], None] | None = None,
+        read: Callable[[str, EngineLoad], None] | None = None,
     ) -> None:
         self._fetch = fetch
-        self._queued = queued  # given each engine's queue as read (nonce, waiting): routing
+        self._read_one = read  # given each engine's reading (nonce, load): routing
         self._records = records
         self.loads = loads  # (deployment, instance) -> its last reading (metrics.py shows it)
         self._after = after  # given each reading and its interval (the autoscaler's samples)
@@ -173,10 +200,10 @@ class EngineMetricsReader:
         }
         self.loads.clear()
         self.loads.update(fresh)
-        if self._queued is not None:
+        if self._read_one is not None:
             for rec, load in zip(ready, found, strict=True):
-                if load is not None and load.waiting is not None and rec.nonce is not None:
-                    self._queued(rec.nonce, load.waiting)
+                if load is not None and rec.nonce is not None:
+                    self._read_one(rec.nonce, load)
 
     async def _read(self, rec: Record) -> EngineLoad | None:
         if rec.port is None:  # not _readable
@@ -193,7 +220,7 @@ class EngineMetricsReader:
             self._locked(rec, status)
             return None
         load = parse(text)
-        if load.waiting is None and load.kv_cache is None:
+        if load.waiting is None and load.kv_cache is None and load.cache_tokens is None:
             if rec.nonce is not None:
                 self._silent.add(rec.nonce)
             return None

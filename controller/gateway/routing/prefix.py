@@ -12,10 +12,12 @@ blocks), at most ``MAX_BLOCKS`` of them (a 16 K character beginning is a family 
 
 The index remembers, per engine (its nonce: a restarted engine has an empty cache and a
 new nonce), the chains it was sent, least recently used first, at most ``CAPACITY``
-blocks each: the engine evicts least recently used blocks too, and a chain's blocks are
-touched last block first so that the index, like vLLM, drops a chain's tail before its
-head. There is no expiry by time: an engine keeps its cache until memory presses, not
-for a while (docs/design.md, "Prefix affinity", says why these sizes).
+blocks each, or as many as the engine says its own cache holds where that is more (vLLM
+and SGLang state it: ``note_cache``, up to ``CAPACITY_MAX``): the engine evicts least
+recently used blocks too, and a chain's blocks are touched last block first so that the
+index, like vLLM, drops a chain's tail before its head. There is no expiry by time: an
+engine keeps its cache until memory presses, not for a while (docs/design.md, "Prefix
+affinity", says why these sizes).
 
 A request goes to the candidate holding the longest run of its chain (ties: least in
 flight, two random choices), unless that instance would then be loaded past the bounded
@@ -53,6 +55,10 @@ MAX_BLOCKS = 256  # blocks hashed of one prompt (llm-d's default): 16 K characte
 # Blocks remembered per engine: llm-d's default, ~500 K tokens (an 8 B model's KV cache
 # on an 80 GB GPU). Each costs ~100 bytes here, so ~3 MB per engine at most.
 CAPACITY = 31_250
+# ... up to this many for an engine that states a larger cache (note_cache): ~2 M tokens,
+# ~12 MB here; past it, the index forgets a family the engine may still hold.
+CAPACITY_MAX = 4 * CAPACITY
+TOKENS_A_BLOCK = BLOCK_CHARS // 4  # a block's tokens at ~4 characters a token
 SEED = b"reconcile-prefix-v1"
 
 
@@ -96,6 +102,20 @@ class Prefixes:
         self.capacity = capacity
         self._held: dict[str, OrderedDict[bytes, None]] = {}
         self.room: dict[str, int] = {}  # engine nonce -> requests it was seen to run at once
+        self.sized: dict[str, int] = {}  # engine nonce -> blocks its own cache holds, past ours
+
+    def note_cache(self, nonce: str, tokens: float) -> None:
+        """Engine ``nonce`` said its KV cache holds ``tokens``: its index keeps as many
+        blocks, within ``CAPACITY_MAX``, and never fewer than ``capacity`` (the index errs
+        large: docs/design.md, "How the engine's cache shapes the index")."""
+        blocks = min(CAPACITY_MAX, math.ceil(tokens / TOKENS_A_BLOCK))
+        if blocks > self.capacity:
+            self.sized[nonce] = blocks
+        else:
+            self.sized.pop(nonce, None)
+
+    def capacity_of(self, nonce: str) -> int:
+        return self.sized.get(nonce, self.capacity)
 
     def note_queue(self, nonce: str, inflight: int, waiting: float) -> None:
         """Engine ``nonce`` said ``waiting`` requests wait in its queue while ``inflight``
@@ -126,7 +146,8 @@ class Prefixes:
         for one in reversed(hashes):
             held[one] = None
             held.move_to_end(one)
-        while len(held) > self.capacity:
+        capacity = self.capacity_of(nonce)
+        while len(held) > capacity:
             held.popitem(last=False)
 
     def keep(self, live: Iterable[str | None]) -> None:
@@ -136,6 +157,8 @@ class Prefixes:
             del self._held[gone]
         for gone in [n for n in self.room if n not in alive]:
             del self.room[gone]
+        for gone in [n for n in self.sized if n not in alive]:
+            del self.sized[gone]
 
     def blocks(self) -> int:
         """Blocks remembered in all (the memory bound's measure)."""

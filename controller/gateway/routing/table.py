@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 
 from controller.core.manifest.names import base_name, instance_of, is_next, next_name, replica_of
 from controller.core.state import Drain, Phase, Record
+from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.gateway.routing import balance
 from controller.gateway.routing.affinity import Sessions
 from controller.gateway.routing.health import Health
@@ -245,10 +246,14 @@ class Table:
         self.inflight[nonce] = self.inflight.get(nonce, 0) + 1
         self.served[nonce] += 1
 
-    def engine_queued(self, nonce: str, waiting: float) -> None:
-        """Engine ``nonce``'s own queue as just read, beside our requests in flight on it:
-        how many it runs at once, which prefix routing's bound counts past (prefix.py)."""
-        self.prefixes.note_queue(nonce, self.inflight.get(nonce, 0), waiting)
+    def engine_read(self, nonce: str, load: EngineLoad) -> None:
+        """Engine ``nonce``'s own figures as just read (enginemetrics.py): its queue,
+        beside our requests in flight on it, says how many it runs at once, which prefix
+        routing's bound counts past; its cache's size sizes its prefix index (prefix.py)."""
+        if load.waiting is not None:
+            self.prefixes.note_queue(nonce, self.inflight.get(nonce, 0), load.waiting)
+        if load.cache_tokens is not None:
+            self.prefixes.note_cache(nonce, load.cache_tokens)
 
     def request_ended(self, nonce: str | None) -> None:
         """A request to ``nonce`` ended, however (answered, failed, cancelled)."""

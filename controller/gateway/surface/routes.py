@@ -136,7 +136,7 @@ class Front:
             self.metrics.engines,
             figures.write,
             self.table.next_change,
-            self.table.engine_queued,
+            self.table.engine_read,
         )
         task = asyncio.create_task(reader.run())
         yield
