@@ -61,8 +61,10 @@ class AlertSending(ssl.SSLObject):
             raise
 
     def _send_alert(self) -> None:
+        if self._fd is None:  # no acceptor named a connection: the BIO's bytes stay its own
+            return
         alert = self._outgoing.read()
-        if alert and self._fd is not None:
+        if alert:
             # A client gone, or (never for a few bytes) a full buffer: it reads EOF, as before.
             with contextlib.suppress(OSError):
                 os.write(self._fd, alert)
