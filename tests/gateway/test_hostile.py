@@ -111,12 +111,19 @@ def test_paths_never_leave_v1(reconcile: Any, gateway: Any) -> None:
     # Dot segments that stay under /v1/ are resolved, and only that path goes on.
     ok = send(g, "POST", "/v1/x/../completions?a=1")
     assert ok.status == 200 and ok.json()["object"] == "text_completion", ok
+    # A target in absolute-form (a client with the gateway as its HTTP proxy: `curl -x`)
+    # is its path and query, as RFC 9112 3.2.2 and nginx take it (it was refused as "not
+    # a plain absolute path (encoded slash...)"), held to the same rules.
+    proxied = send(g, "POST", "http://user:pw@gateway.example:80/v1/y/../completions?b=2")
+    assert proxied.status == 200 and proxied.json()["object"] == "text_completion", proxied
+    said = refused(send(g, "POST", "HTTP://h/v1/../../etc/passwd"), 400, "invalid_path")
+    assert said["message"].startswith("the request path leaves /v1/"), said
     g.finish()
     seen = engine_log(reconcile)
-    assert '"POST /v1/completions?a=1 ' in seen, seen
+    assert '"POST /v1/completions?a=1 ' in seen and '"POST /v1/completions?b=2 ' in seen, seen
     # "POST /metrics", not "/metrics": the gateway itself GETs each Ready engine's /metrics
     # every 5 s (its load signals), so a GET lands in this log when a read falls in the test
-    for word in ("/etc/passwd", "POST /health", "POST /metrics", "slots", ".."):
+    for word in ("/etc/passwd", "POST /health", "POST /metrics", "slots", "..", "gateway.example"):
         assert word not in seen, seen
     assert_quiet(g)
 

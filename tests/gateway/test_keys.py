@@ -35,6 +35,8 @@ def test_keys_required_both_forms_healthz_open_and_sighup(reconcile: Any, gatewa
         answer = g.post("alpha", headers)
         assert answer.status == 401, answer
         assert answer.json()["error"]["code"] == "invalid_api_key"
+        # RFC 9110 15.5.2: a 401 says how to authenticate (it came without a challenge)
+        assert answer.headers.get("WWW-Authenticate") == "Bearer", answer.headers
         assert KEY not in answer.body.decode() and OTHER not in answer.body.decode()
     assert g.request("GET", "/v1/models").status == 401
     assert g.post("alpha", {"Authorization": f"Bearer {KEY}"}).status == 200

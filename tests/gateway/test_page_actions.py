@@ -121,3 +121,25 @@ def test_the_log_of_a_name_nothing_knows_is_a_404(reconcile: Any, gateway: Any) 
     said = unknown.json()["error"]
     assert said["code"] == "not_found" and "nosuch" in said["message"], unknown
     g.finish()
+
+
+def test_an_action_with_no_deployment_name_is_a_400_saying_so(reconcile: Any, gateway: Any) -> None:
+    """A deployment action whose body names none (``{}``) or names it with no string
+    (``{"name": 5}``) is the caller's mistake, a 400 saying what to send: it was a 404, "no
+    deployment named ''" (or '5'), read as a deployment that is gone. Nothing is done."""
+    reconcile.write("web")
+    g = gateway()
+    pid = g.wait_phase("web", "Ready")["pid"]
+    token = accesstoken.read(reconcile.state)
+    for body, said in (
+        ({}, 'restart needs a deployment: send {"name": NAME}'),
+        ({"name": ""}, 'restart needs a deployment: send {"name": NAME}'),
+        ({"name": 5}, "`name` must be a deployment's name, a string"),
+    ):
+        answer = g.request("POST", f"/ui/api/restart?token={token}", body, JSON)
+        assert answer.status == 400, (body, answer)
+        assert answer.json()["error"]["message"] == said, (body, answer)
+    nosuch = g.request("POST", f"/ui/api/restart?token={token}", {"name": "nosuch"}, JSON)
+    assert nosuch.status == 404, nosuch  # a name nothing knows stays a 404
+    _still_running(reconcile, pid)
+    g.finish()

@@ -4,7 +4,8 @@ certificates for 127.0.0.1 and localhost), a real daemon, gateway process and en
 - the official ``openai`` client, trusting the CA, gets a chat completion; the page
   answers over HTTPS and ``reconcile ui`` prints the https URL;
 - plain HTTP to the TLS port gets a 400 saying so (as nginx answers); a TLS 1.1 client
-  is refused;
+  is refused; each refused client reads the alert that says why (protocol version,
+  handshake failure, certificate required), not an unexpected EOF;
 - a key file readable by others, a missing half of the pair, or a key of another
   certificate is refused before the daemon starts (exit 64, naming the file);
 - SIGHUP under load: the new certificate is served to new connections (its serial),
@@ -306,11 +307,9 @@ def _plain_http_and_tls_1_1_are_refused(g: Any, pki: Pki, cert: Path, key: Path)
         pytest.raises(ssl.SSLError) as refused,
     ):
         old.wrap_socket(raw, server_hostname="localhost")
-    # Refused by the gateway (an alert, or asyncio's close without one), not by the
-    # client: the same client completes its handshake with a server that allows 1.1.
-    assert isinstance(refused.value, ssl.SSLEOFError) or "PROTOCOL_VERSION" in str(refused.value), (
-        refused.value
-    )
+    # Refused by the gateway with its alert (tlsalerts.py), not by the client: the same
+    # client completes its handshake with a server that allows 1.1.
+    assert "PROTOCOL_VERSION" in str(refused.value), refused.value
     assert _lenient_handshake(old, cert, key) == "TLSv1.1"
     # The gateway serves on.
     assert _https(g.port, pki.client(), "GET", "/healthz")[0] == 200
@@ -833,6 +832,7 @@ def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pk
         _a_refused_handshake_is_said_in_the_log(g, reconcile, pki)
         status, body, _ = _https(g.port, ctx, "POST", "/v1/chat/completions", _chat("alpha"))
         assert status == 200, body
+        _a_refused_client_reads_the_alert_that_says_why(g, reconcile, pki)
         # The CA taken out of the file (another in its place): SIGHUP, and its clients
         # are refused (it stayed trusted while reloads loaded into the live context).
         other = Pki(pki.folder / "other")
@@ -867,6 +867,42 @@ def _a_refused_handshake_is_said_in_the_log(g: Any, reconcile: Any, pki: Pki) ->
     reconcile.wait_for(lambda: all(s in g.text() for s in said), what="both refusals")
     assert g.text().count("TLS handshake refused") == 2, g.text()[-3000:]
     assert "Traceback" not in g.text()
+
+
+def _a_refused_client_reads_the_alert_that_says_why(g: Any, reconcile: Any, pki: Pki) -> None:
+    """Each refused handshake ends with OpenSSL's alert, as nginx's does: a TLS 1.1 client
+    reads ``protocol version``, one offering CBC suites alone ``handshake failure`` (and
+    the log says so in words), one with no certificate ``handshake failure`` (TLS 1.2) or
+    ``certificate required`` (1.3, read once its own handshake is done). asyncio's TLS
+    transport closed each without the alert OpenSSL wrote: the client read "unexpected
+    eof" (SSLEOFError), as from a gateway that crashed. None of these clients sends a byte
+    after its last handshake message, so the gateway's close reads nothing unread (no
+    reset that could overtake the alert)."""
+    with pytest.raises(ssl.SSLError, match="PROTOCOL_VERSION"):
+        _handshake_to(g.port, _tls_1_1_client(pki))
+    cbc = pki.client()
+    cbc.maximum_version = ssl.TLSVersion.TLSv1_2
+    cbc.set_ciphers("ECDHE+AES+SHA256:ECDHE+AES+SHA384:!AESGCM")
+    with pytest.raises(ssl.SSLError, match="HANDSHAKE_FAILURE"):
+        _handshake_to(g.port, cbc)
+    no_cert_1_2 = pki.client()
+    no_cert_1_2.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(ssl.SSLError, match="HANDSHAKE_FAILURE"):
+        _handshake_to(g.port, no_cert_1_2)
+    with pytest.raises(ssl.SSLError, match="CERTIFICATE_REQUIRED"):
+        _handshake_to(g.port, pki.client(), then_read=True)
+    said = "TLS handshake refused: the client offers none of the gateway's cipher suites"
+    reconcile.wait_for(lambda: said in g.text(), what="the refusal in words")
+
+
+def _handshake_to(port: int, ctx: ssl.SSLContext, then_read: bool = False) -> None:
+    """A handshake with the gateway (and with ``then_read``, a read of its first record)."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=WAIT) as raw,
+        ctx.wrap_socket(raw, server_hostname="localhost") as done,
+    ):
+        if then_read:
+            done.recv(1)
 
 
 def _admitted(port: int, ctx: ssl.SSLContext) -> bool:

@@ -51,6 +51,8 @@ def error(
         headers["x-should-retry"] = "false"
     if allow:
         headers["Allow"] = ", ".join(allow)
+    if status == 401:  # RFC 9110 15.5.2: a 401 MUST say how to authenticate (nginx's does)
+        headers["WWW-Authenticate"] = "Bearer"
     return Response(
         status=status,
         body=json.dumps(body(status, message, code)).encode(),

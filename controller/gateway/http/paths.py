@@ -5,6 +5,12 @@ what the engine gets: percent-encoded dots decoded, dot segments removed (RFC 39
 §5.2.4), repeated slashes collapsed. An encoded slash or backslash, a backslash, NUL
 or a path that is not absolute has no one meaning across servers (an engine may
 decode ``%2f`` and route on it): refused, never guessed at.
+
+A request target in absolute-form (``POST http://host/v1/chat/completions``, what a
+client configured with the gateway as its HTTP proxy sends, ``curl -x``) is taken as its
+path and query (``origin_form``): RFC 9112 §3.2.2 says a server MUST accept it, and nginx
+does. It was refused as "not a plain absolute path (encoded slash, backslash, NUL)",
+which it is not.
 """
 
 from __future__ import annotations
@@ -16,6 +22,21 @@ from urllib.parse import unquote_plus
 _DOT = re.compile("%2e", re.IGNORECASE)
 _AMBIGUOUS = re.compile(r"%2f|%5c|%00|\\|\x00", re.IGNORECASE)
 _SLASHES = re.compile("/{2,}")
+# `http://` or `https://` and an authority (userinfo, host, port): absolute-form's head
+_ABSOLUTE = re.compile(r"https?://[^/?#]*", re.IGNORECASE)
+
+
+def origin_form(target: str) -> str:
+    """The origin-form of a request target: ``http://h:1/a?x`` -> ``/a?x``, ``http://h`` ->
+    ``/``; any other target as it is (the authority, its userinfo included, goes: the
+    gateway routes by the body's model, never by host)."""
+    if target.startswith("/"):
+        return target
+    head = _ABSOLUTE.match(target)
+    if head is None:
+        return target
+    rest = target[head.end() :]
+    return rest if rest.startswith("/") else "/" + rest
 
 
 def split(raw: str) -> tuple[str, str]:

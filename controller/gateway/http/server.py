@@ -54,6 +54,7 @@ import httptools
 from controller.gateway.http.answers import body as error_body
 from controller.gateway.http.answers import error
 from controller.gateway.http.messages import Body, Request, StreamResponse
+from controller.gateway.http.paths import origin_form
 from controller.gateway.http.quiet import Throttle
 from controller.logsetup import get_logger
 
@@ -421,7 +422,7 @@ class Protocol(asyncio.Protocol):
         self._body = Body(self)
         request = Request(
             parser.get_method().decode("ascii"),
-            self._url.decode("latin-1"),
+            origin_form(self._url.decode("latin-1")),  # a proxy's absolute-form too
             self._fields,
             (int(major or 1), int(minor or 1)),
             self._remote,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from controller.errors import ConfigError
+from controller.gateway.lifecycle.tlsalerts import AlertSending
 from controller.store.sources import security
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.set_ciphers(TLS_1_2_SUITES)
+    context.sslobject_class = AlertSending  # a refused handshake's alert reaches its client
     _load(context, cert, key)
     if client_ca is not None:
         _trust(context, client_ca)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from controller.gateway.http.answers import body
 from controller.gateway.http.quiet import Throttle
 from controller.gateway.http.server import FRESH_WAIT, Connections, quiet
+from controller.gateway.lifecycle.tlsalerts import alerts_to
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -65,6 +66,9 @@ _REFUSALS = {
     "CERTIFICATE_VERIFY_FAILED": "the client's certificate is not one --tls-client-ca "
     "signed (or is out of date)",
     "UNSUPPORTED_PROTOCOL": "the client offers no TLS 1.2 or later",
+    "NO_SHARED_CIPHER": "the client offers none of the gateway's cipher suites (TLS 1.2's "
+    "ECDHE with AES-GCM or ChaCha20; no CBC suite, as Mozilla's intermediate set): an old "
+    "client or TLS library",
 }
 
 
@@ -248,6 +252,7 @@ class Acceptor:
         loop closed the socket of a failed one; a client that gave up is not news."""
         loop = asyncio.get_running_loop()
         peer = _peer(conn)
+        alerts_to(conn.fileno())  # this task's context is the transport's: tlsalerts.py
         try:
             await loop.connect_accepted_socket(
                 self._protocol, conn, ssl=self._context(), ssl_handshake_timeout=HANDSHAKE_TIMEOUT

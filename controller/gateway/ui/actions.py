@@ -57,6 +57,8 @@ def run(state_dir: Path, records: Sequence[Record], asked: Asked) -> str:
     if asked.action not in DEPLOYMENT_ACTIONS:
         known = ", ".join((*DEPLOYMENT_ACTIONS, *NODE_ACTIONS))
         raise Refused(404, f"no action {asked.action!r} (the page's actions: {known})")
+    if not asked.name:  # a bad request, not a deployment that is missing (a 404)
+        raise Refused(400, f'{asked.action} needs a deployment: send {{"name": NAME}}')
     sets = {rs.name: rs for rs in group(records)}
     rs = sets.get(asked.name)
     if rs is None:

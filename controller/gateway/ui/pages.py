@@ -162,9 +162,12 @@ class Page:
             body = None
         if not isinstance(body, dict):
             return error(400, "the body must be a JSON object", "invalid_request")
+        name = body.get("name", "")
+        if not isinstance(name, str):  # `{"name": 5}` was "no deployment named '5'", a 404
+            return error(400, "`name` must be a deployment's name, a string", "invalid_request")
         asked = actions.Asked(
             action=request.match_info["action"],
-            name=str(body.get("name", "")),
+            name=name,
             key=key,
             reason=str(body.get("reason", ""))[:200],
         )
