@@ -101,7 +101,8 @@ def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.set_ciphers(TLS_1_2_SUITES)
-    context.sslobject_class = AlertSending  # a refused handshake's alert reaches its client
+    if hasattr(ssl.SSLObject, "_create"):  # the private factory it extends (3.11-3.13's)
+        context.sslobject_class = AlertSending  # a refused handshake's alert reaches its client
     _load(context, cert, key)
     if client_ca is not None:
         _trust(context, client_ca)

@@ -15,6 +15,10 @@ BIO (the alert, a few bytes) is written to that fd before the error goes on to t
 transport, which then closes it. The handshake's earlier flights went out through the
 transport at once (a few KB, always room in the socket's buffer), so the alert follows
 them in order.
+
+It extends ``ssl.SSLObject._create``, the private factory ``SSLContext.wrap_bio`` calls
+(CPython 3.11 to 3.13): where a Python has none, ``tls.server_context`` leaves the
+context's own class, and a refusal reads EOF as it did before.
 """
 
 from __future__ import annotations
