@@ -117,6 +117,31 @@ def test_a_commit_given_as_the_branch_says_how_to_run_one_commit(
     assert "push it again" not in out.err and reconcile.record("alpha") is None, out
 
 
+def test_a_tag_given_as_the_branch_or_a_whole_ref_is_taken_or_said_so(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`--branch v1` where v1 is a tag (`--tag main` where main is a branch) was told it
+    was "deleted, renamed, or a typo: push it again", though the remote has it; and a
+    whole ref (`--branch refs/heads/main`, as Flux's ref.name takes it) was fetched as
+    refs/heads/refs/heads/main. The error names the other flag; a whole ref is its name."""
+    sha = remote.deploy("alpha")
+    run_git(remote.work, "tag", "v1")
+    run_git(remote.work, "push", "-q", "origin", "v1")
+    for flag, name, flip in (("--branch", "v1", "tag"), ("--tag", "main", "branch")):
+        out = reconcile("--once", *git_args(remote, flag, name), check=1)
+        said = f"{name} is a {flip} of the remote, not a {flag[2:]}: follow it with --{flip}"
+        assert said in out.err and "push it again" not in out.err, out
+        assert reconcile.record("alpha") is None
+    for flag, ref, key in (
+        ("--branch", "refs/heads/main", "branch"),
+        ("--tag", "refs/tags/v1", "tag"),
+    ):
+        reconcile("--once", *git_args(remote, flag, ref), check=0)
+        seen = source(reconcile)
+        assert seen[key] == ref.rpartition("/")[2] and seen["applied"] == sha, seen
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
 def test_a_name_another_set_owns_is_said_by_a_quiet_once_and_degrades_the_source(
     reconcile: Any, remote: Remote
 ) -> None:
