@@ -136,8 +136,8 @@ def test_a_rollback_to_a_commit_the_remote_will_not_give_claims_no_rollback(
     run_git(remote.work, "push", "-q", "origin", "feature")  # main never had it
     run_git(remote.work, "checkout", "-q", "main")
     d = git_daemon("--git", remote.url, "--git-path", "manifests", "--interval", "1h")
-    said = lambda: reconcile("source", "-o", "json", check=None)  # noqa: E731
-    d.wait(lambda: said().code == 0 and said().json()["state"] == "Synced", "alpha Ready")
+    ready = lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready"  # noqa: E731
+    d.wait(ready, "alpha Ready")
     pid = reconcile.record("alpha")["ref"]["pid"]
 
     never = "2" * 40

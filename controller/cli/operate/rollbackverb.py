@@ -90,11 +90,12 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def _apply_then_say(cfg: Config, owner: str, target: str, why: str, daemon: int | None) -> int:
     """A commit the checkout lacks is the move's to fetch, and the remote may refuse it:
     "rolled back to" it, its event and its RolledBack notification (whose ``revision`` is
-    the commit applied) come once the node runs it, never before (the move's failure is
-    said by the move: a `checkout` event, PullFailed, the pin standing)."""
+    the commit applied) wait for the move, and a move that failed claims none of them (it
+    is said by the move: a `checkout` event, PullFailed, the pin standing). One the daemon
+    has not tried within the wait is announced, as a pin on a held commit is."""
     code = _apply(cfg, target, daemon)
     st = gitsource.read_status(cfg.state_dir)
-    if st is not None and st.applied == target:
+    if st is not None and (st.applied == target or st.move_target != target):
         _journal(cfg, owner, target, why)
         print(why)
     return code
