@@ -59,6 +59,7 @@ ROLLING_POINTS = {
 GIT_POINTS = {
     "git.fetch.running": "a git fetch runs (the daemon dies, git finishes or dies alone)",
     "git.move.after_checkout": "the checkout moved, untracked files not yet cleaned",
+    "git.pass.moved": "the pass moved the checkout and read it, nothing acted on yet",
 }
 
 # Reached only by a spec.container engine: tests/containers/test_container_lifecycle.py SIGKILLs the

@@ -83,9 +83,10 @@ def _why(stderr: bytes) -> tuple[str, bool]:
     if _NO_DATA_KEY not in text:
         return _UNKNOWN, True  # not a key problem: saying one would send its reader astray
     key = os.environ.get("SOPS_AGE_KEY_FILE")
-    if key is None:
+    if not key:
+        empty = "" if key is None else " (SOPS_AGE_KEY_FILE is empty: set to nothing)"
         return (  # a running daemon never sees a variable set after its start
-            "no age key of this node opens it: set SOPS_AGE_KEY_FILE to the node's key "
+            f"no age key of this node opens it{empty}: set SOPS_AGE_KEY_FILE to the node's key "
             "file (age-keygen makes one; encrypt for its public key) in reconcile's "
             "environment (a unit's Environment=, a crontab's line), then restart the "
             "daemon: it reads its environment at start, a reload (SIGHUP) does not"
@@ -107,8 +108,8 @@ def _no_key(stderr: bytes) -> str:
     if _NO_DATA_KEY not in text or any(words in text for words, _ in _SOPS_SAYS):
         return ""
     key = os.environ.get("SOPS_AGE_KEY_FILE")
-    if key is None:
-        return "SOPS_AGE_KEY_FILE is unset"
+    if not key:
+        return _unset(key)
     if _key_problem(key, text) is not None:
         return ""
     return f"the age key SOPS_AGE_KEY_FILE={key} is not one of its recipients"
@@ -117,6 +118,11 @@ def _no_key(stderr: bytes) -> str:
 def _key_problem(key: str, text: str) -> str | None:
     """What is wrong with the key file itself, when sops could not use it."""
     where = f"the age key file SOPS_AGE_KEY_FILE={key}"
+    if os.path.isdir(key):
+        return (
+            f"{where} is a folder: point SOPS_AGE_KEY_FILE at the key file itself "
+            "(`age-keygen -o FILE` makes one; encrypt for its public key)"
+        )
     if not os.path.isfile(key):
         return (
             f"{where} does not exist on this node: point SOPS_AGE_KEY_FILE at the node's "
@@ -130,3 +136,10 @@ def _key_problem(key: str, text: str) -> str | None:
             "FILE` writes): point SOPS_AGE_KEY_FILE at the node's key file"
         )
     return None
+
+
+def _unset(key: str | None) -> str:
+    """No key file named: unset, or set to nothing (``Environment=SOPS_AGE_KEY_FILE=``, a
+    CI job's secret that a fork's pull request is not given), which sops reads as the
+    file "" and fails on; to the node both are "no key here", never a missing file."""
+    return "SOPS_AGE_KEY_FILE is unset" if key is None else "SOPS_AGE_KEY_FILE is empty"

@@ -574,6 +574,8 @@ class Reconciler(Preview):
             # Read the manifests once the lock is ours: a pass that waited for another
             # must not act on what the folder held before it waited.
             loaded = self._load()
+            if self.git is not None:
+                failpoints.hit("git.pass.moved")
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
             if self.liveness is not None:
                 self.liveness.begin_pass(self.config.owner)

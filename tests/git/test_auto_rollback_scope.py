@@ -126,6 +126,7 @@ def test_a_drain_pauses_the_progress_deadline_and_it_counts_again_from_its_end(
 def _status(**fields: Any) -> gitsource.SourceStatus:
     base: dict[str, Any] = {"url": "u", "branch": "main", "tag": None, "path": "m"}
     base |= {"interval": 60.0, "owner": "git:u#m", "fetched": BAD, "applied": BAD}
+    base |= {"passed_at": BAD}  # the pass that moved to it has ended
     return gitsource.SourceStatus(**(base | fields))
 
 
@@ -134,12 +135,16 @@ def _status(**fields: Any) -> gitsource.SourceStatus:
     [
         ({}, "Synced"),
         ({"invalid": ["m/a.yaml:3: invalid YAML"], "invalid_at": BAD}, "Degraded"),
-        # read at the commit before: the pass at this one has not said yet
-        ({"invalid": ["m/a.yaml:3: invalid YAML"], "invalid_at": GOOD}, "Synced"),
+        # read at the commit before: the pass at this one has not ended (nor said)
+        (
+            {"invalid": ["m/a.yaml:3: invalid YAML"], "invalid_at": GOOD, "passed_at": GOOD},
+            "Progressing",
+        ),
         ({"invalid": ["x"], "invalid_at": BAD, "fetched": GOOD}, "Progressing"),
         ({"invalid": ["x"], "invalid_at": BAD, "fetch_error": "gone"}, "PullFailed"),
+        ({"passed_at": None}, "Progressing"),  # moved, its records maybe not yet written
     ],
-    ids=["valid", "invalid-here", "invalid-before", "applying", "pull-failed"],
+    ids=["valid", "invalid-here", "invalid-before", "applying", "pull-failed", "not-passed"],
 )
 def test_the_state_names_a_manifest_that_does_not_load(fields: dict[str, Any], state: str) -> None:
     said, message = gitsource.state_of(_status(**fields), [("a", "Ready"), ("b", "Ready")])

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.git.conftest import Remote, source
+from tests.git.conftest import Remote, run_git, source
 from tests.git.test_rollback import node_only
 from tests.hookreceiver import Receiver
 
@@ -113,4 +113,47 @@ def test_a_commit_whose_manifest_does_not_load_names_its_deployment(
     (told_,) = told(hook, "Degraded")  # `--once` posts what its pass queued
     assert told_["revision"] == bad and "manifests/beta.yaml" in told_["message"], told_
     assert told_["deployments"] == ["beta"], told_
+    node_only(reconcile, "down")
+
+
+def test_a_rollback_to_a_commit_the_remote_will_not_give_claims_no_rollback(
+    reconcile: Any, remote: Remote, git_daemon: Any, hook: Receiver
+) -> None:
+    """`rollback SHA` of a commit the checkout lacks pins it and leaves the fetch by its
+    id to the move. When the remote would not give it, the command still printed
+    `rolled back to SHA`, journaled a `rollback` event per deployment saying so, and
+    queued a RolledBack notification whose `revision` was a commit the node never ran.
+    Now they come once the node runs it: a refused one is said by the move alone (exit 1,
+    PullFailed), a commit only another branch holds is fetched and said as before."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n"
+        "    events: [RolledBack, PullFailed]\n"
+    )
+    remote.deploy("alpha")
+    run_git(remote.work, "checkout", "-q", "-b", "feature")
+    elsewhere = remote.commit({"README": "feature\n"}, "feature", push=False)
+    run_git(remote.work, "push", "-q", "origin", "feature")  # main never had it
+    run_git(remote.work, "checkout", "-q", "main")
+    d = git_daemon("--git", remote.url, "--git-path", "manifests", "--interval", "1h")
+    ready = lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready"  # noqa: E731
+    d.wait(ready, "alpha Ready")
+    pid = reconcile.record("alpha")["ref"]["pid"]
+
+    never = "2" * 40
+    typo = node_only(reconcile, "rollback", never, check=1)
+    assert "not applied:" in typo.err and "would not give it by its id" in typo.err, typo
+    assert "rolled back to" not in typo.out + typo.err, typo
+    failed = d.wait(lambda: told(hook, "PullFailed"), "the failed move posted")
+    assert never[:12] in failed[0]["message"], failed
+    assert not [e for e in reconcile.events("alpha") if e["action"] == "rollback"]
+    assert reconcile.record("alpha")["ref"]["pid"] == pid  # the engine runs on
+
+    out = node_only(reconcile, "rollback", elsewhere)  # fetched by its id by the move
+    assert f"rolled back to {elsewhere[:12]}" in out.out, out
+    rolled = d.wait(lambda: told(hook, "RolledBack"), "the rollback posted")
+    assert [t["revision"] for t in rolled] == [elsewhere], hook.accepted
+    (event,) = [e for e in reconcile.events("alpha") if e["action"] == "rollback"]
+    assert elsewhere[:12] in event["reason"], event
+    assert d.stop() == 0
     node_only(reconcile, "down")

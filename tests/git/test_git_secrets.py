@@ -162,3 +162,39 @@ def test_a_rollback_dry_run_without_the_age_key_plans_a_sops_file_deployment(
     assert "never-shown" not in dry.out + dry.err and "error:" not in dry.out, dry
     rc.env["SOPS_AGE_KEY_FILE"] = str(key.file)
     rc(*git, "down", check=0)
+
+
+def test_an_empty_or_folder_age_key_variable_is_said_as_such_and_plan_notes_it(
+    reconcile: Any, remote: Remote, tmp_path: Path
+) -> None:
+    """SOPS_AGE_KEY_FILE set to nothing (a unit's `Environment=SOPS_AGE_KEY_FILE=`, a CI
+    job's secret a fork's pull request is not given) was "the age key file
+    SOPS_AGE_KEY_FILE= does not exist on this node", and `plan` exited 1 on it where an
+    unset variable gives a note and exit 0; a folder there was "does not exist" too. An
+    empty one is no key, said so; a folder is named a folder; the engine runs on."""
+    rc, git = reconcile, ("--git", remote.url, "--git-path", "manifests")
+    key = make_key(tmp_path / "keys")
+    rc.env["SOPS_AGE_KEY_FILE"] = str(key.file)
+    rc.env["XDG_CONFIG_HOME"] = str(tmp_path / "config")  # no keys.txt of the box's user
+    key.encrypt("API_KEY=never-shown\n", remote.work / "manifests" / "secrets" / "api.env")
+    remote.deploy("web", envFrom=[{"sopsFile": "secrets/api.env"}])
+    rc.converge(*git)
+    before = rc.record("web")
+
+    rc.env["SOPS_AGE_KEY_FILE"] = ""
+    plan = rc("plan", *git, check=0)
+    assert "(web): its values were not read here (SOPS_AGE_KEY_FILE is empty)" in plan.out, plan
+    assert "does not exist" not in plan.out + plan.err and "In sync" in plan.out, plan
+    once = rc("--once", *git, check=1)
+    assert "no age key of this node opens it (SOPS_AGE_KEY_FILE is empty" in once.err, once
+    assert "does not exist" not in once.err, once
+    folder = tmp_path / "keys"
+    rc.env["SOPS_AGE_KEY_FILE"] = str(folder)
+    once = rc("--once", *git, check=1)
+    assert f"SOPS_AGE_KEY_FILE={folder} is a folder: point" in once.err, once
+    web = rc.record("web")
+    assert web["ref"] == before["ref"] and rc.alive(before["ref"]["pid"]), web
+    shown = plan.out + plan.err + once.out + once.err
+    assert "never-shown" not in shown, shown
+    rc.env["SOPS_AGE_KEY_FILE"] = str(key.file)
+    rc(*git, "down", check=0)

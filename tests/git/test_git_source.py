@@ -117,6 +117,59 @@ def test_a_commit_given_as_the_branch_says_how_to_run_one_commit(
     assert "push it again" not in out.err and reconcile.record("alpha") is None, out
 
 
+def test_a_tag_given_as_the_branch_or_a_whole_ref_is_taken_or_said_so(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`--branch v1` where v1 is a tag (`--tag main` where main is a branch) was told it
+    was "deleted, renamed, or a typo: push it again", though the remote has it; and a
+    whole ref (`--branch refs/heads/main`, as Flux's ref.name takes it) was fetched as
+    refs/heads/refs/heads/main. The error names the other flag; a whole ref is its name."""
+    sha = remote.deploy("alpha")
+    run_git(remote.work, "tag", "v1")
+    run_git(remote.work, "push", "-q", "origin", "v1")
+    for flag, name, flip in (("--branch", "v1", "tag"), ("--tag", "main", "branch")):
+        out = reconcile("--once", *git_args(remote, flag, name), check=1)
+        said = f"{name} is a {flip} of the remote, not a {flag[2:]}: follow it with --{flip}"
+        assert said in out.err and "push it again" not in out.err, out
+        assert reconcile.record("alpha") is None
+    for flag, ref, key in (
+        ("--branch", "refs/heads/main", "branch"),
+        ("--tag", "refs/tags/v1", "tag"),
+    ):
+        reconcile("--once", *git_args(remote, flag, ref), check=0)
+        seen = source(reconcile)
+        assert seen[key] == ref.rpartition("/")[2] and seen["applied"] == sha, seen
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def frozen(pid: int) -> bool:
+    """The process is stopped (a failpoint's ``stop``): ``T`` in /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0] == "T"
+
+
+def test_a_source_is_not_synced_before_the_pass_that_moved_it_has_ended(
+    reconcile: Any, remote: Remote
+) -> None:
+    """Between the pass's move and its records, `source` said Synced, "0 deployment(s)
+    Ready" at a commit whose deployment was not yet started (a script waiting for Synced
+    after a push went on too early; a test read no record). It is Progressing until that
+    pass ends. The pass is frozen there by a failpoint; real git, a real engine."""
+    sha = remote.deploy("alpha")
+    env = {**reconcile.env, "RECONCILE_FAILPOINTS": "git.pass.moved=stop"}
+    once = reconcile.spawn(reconcile.argv("--once", *git_args(remote)), env=env)
+    reconcile.wait_for(lambda: frozen(once.pid), timeout=60, what="the pass frozen after its move")
+    seen = source(reconcile)
+    assert seen["applied"] == sha and reconcile.record("alpha") is None, seen
+    assert seen["state"] == "Progressing" and seen["message"] == f"applying {sha[:12]}", seen
+    once.send_signal(signal.SIGCONT)
+    assert once.wait(timeout=60) == 0
+    assert reconcile.record("alpha")["revision"] == sha
+    reconcile.converge(*git_args(remote))
+    assert source(reconcile)["state"] == "Synced"
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
 def test_a_name_another_set_owns_is_said_by_a_quiet_once_and_degrades_the_source(
     reconcile: Any, remote: Remote
 ) -> None:

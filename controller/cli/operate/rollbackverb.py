@@ -78,10 +78,27 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     daemon = daemon_pid(cfg.state_dir)
     if target is None and daemon:  # without one, this command's own pass fetches first
         _fetch_for_resume(source, daemon)
+    lacked = target if target is not None and _in_checkout(source, target) is None else None
     _pin(source, target, daemon)
+    if lacked is not None:  # fetched by its id by the move
+        return _apply_then_say(cfg, st.owner, lacked, why, daemon)
     _journal(cfg, st.owner, target, why)
     print(why)
     return _apply(cfg, target, daemon)
+
+
+def _apply_then_say(cfg: Config, owner: str, target: str, why: str, daemon: int | None) -> int:
+    """A commit the checkout lacks is the move's to fetch, and the remote may refuse it:
+    "rolled back to" it, its event and its RolledBack notification (whose ``revision`` is
+    the commit applied) wait for the move, and a move that failed claims none of them (it
+    is said by the move: a `checkout` event, PullFailed, the pin standing). One the daemon
+    has not tried within the wait is announced, as a pin on a held commit is."""
+    code = _apply(cfg, target, daemon)
+    st = gitsource.read_status(cfg.state_dir)
+    if st is not None and (st.applied == target or st.move_target != target):
+        _journal(cfg, owner, target, why)
+        print(why)
+    return code
 
 
 def _target(

@@ -114,6 +114,18 @@ class GitFile(BaseModel):
     _interval = field_validator("interval", "timeout")(_duration)
 
     # Checked here, not only with the flags: the error then names node.yaml's line.
+    @field_validator("url")
+    @classmethod
+    def _given(cls, url: str | None) -> str | None:
+        # `url: ${OPS_REPO}` templated with the variable unset: read as no url, the node
+        # ran the remembered source, or ./manifests, with no word (an empty --git is 64)
+        if url is None or not url.strip():
+            raise ValueError(
+                "the repository URL is empty (a variable unset where this file was made?):"
+                " give it, or drop the key to follow --git's URL"
+            )
+        return url
+
     @field_validator("tag")
     @classmethod
     def _one_ref(cls, tag: str | None, info: ValidationInfo) -> str | None:

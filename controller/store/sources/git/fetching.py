@@ -271,13 +271,32 @@ class Fetching(Checkout):
         except GitFailed as exc:
             if why := self._stopped():
                 raise FetchGivenUp(why) from None
-            raise _next_move(exc, s) from None
+            raise _next_move(exc, s, other=self._other_kind(exc, lock)) from None
         finally:
             self._fetch_pid = None
         sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{s.tracking}^{{commit}}")
         if not SHA.match(sha):
             raise GitFailed(f"{s.ref} does not name a commit (got {sha!r})")
         return sha
+
+    def _other_kind(self, exc: GitFailed, lock: FileLock) -> bool:
+        """The branch followed is not on the remote: whether a tag of that name is (or
+        the other way round), as Argo CD's targetRevision takes either; asked only then,
+        stopped by a stop as the fetch is."""
+        s = self.settings
+        if "couldn't find remote ref" not in str(exc) or self._stopped():
+            return False
+        other = f"refs/heads/{s.tag}" if s.tag else f"refs/tags/{s.branch}"
+        try:
+            said = git(
+                self.repo, "ls-remote", s.url, other,
+                timeout=s.timeout, hold=lock.fileno, started=self._fetch_started,
+            )  # fmt: skip
+        except GitFailed:
+            return False
+        finally:
+            self._fetch_pid = None
+        return bool(said.strip())
 
     def _collect_when_grown(self, lock: FileLock) -> None:
         """Under git.lock, after a fetch: the object store collected once it has doubled
@@ -396,8 +415,9 @@ def _on_disk(exc: GitFailed | OSError, repo: Path) -> str:
     return said
 
 
-def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
-    """A failed fetch in git's words, and what to do where they do not say it."""
+def _next_move(exc: GitFailed, s: GitSettings, *, other: bool = False) -> GitFailed:
+    """A failed fetch in git's words, and what to do where they do not say it; ``other``:
+    the remote has a tag of the branch's name (a branch of the tag's)."""
     if exc.timed_out:  # a slow remote needs a longer limit
         return GitFailed(
             f"{exc}: the remote did not answer in time; if it is slow, not down,"
@@ -423,6 +443,12 @@ def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
                 f"{exc}: {name} looks like a commit, and a node follows a branch or a tag:"
                 f" follow the branch that holds it (--branch) and pin the node to it with"
                 f" `reconcile rollback {name}`"
+            )
+        if other:  # the name is right, the flag is not: "deleted, renamed" misleads
+            flip = "branch" if s.tag else "tag"
+            return GitFailed(
+                f"{exc}: {name} is a {flip} of the remote, not a {kind}: follow it with"
+                f" --{flip} {name} (git.{flip} in node.yaml, in place of git.{kind})"
             )
         return GitFailed(
             f"{exc}: the {kind} {name} is not on the remote (deleted, renamed, or a typo):"

@@ -58,12 +58,13 @@ class Pins(Checkout):
         on_node = not folder and bool(errors) and errors[0].on_node  # said[0]'s fix
         st = read_status(self.state_dir)
         was = (st.invalid, st.invalid_at, st.invalid_on_node) if st is not None else None
-        if st is None or was == (said, st.applied if said else None, on_node):
+        passed = st is not None and st.passed_at == st.applied
+        if st is None or (passed and was == (said, st.applied if said else None, on_node)):
             return bool(said)  # most passes: nothing new to write
 
         def note(now: SourceStatus) -> None:
             now.invalid, now.invalid_at = said, now.applied if said else None
-            now.invalid_on_node = on_node
+            now.invalid_on_node, now.passed_at = on_node, now.applied
 
         self.change_status(note)
         return bool(said)

@@ -62,6 +62,9 @@ def settings(
     """Checked settings; the errors name the flag or key and the next move."""
     if branch and tag:
         raise ConfigError("git: give a branch or a tag, not both (--branch / --tag)")
+    # a whole ref, as Flux's ref.name and Argo CD's targetRevision take it: its name
+    branch = branch.removeprefix("refs/heads/") if branch else branch
+    tag = tag.removeprefix("refs/tags/") if tag else tag
     if not url.strip():
         raise ConfigError("git: the repository URL is empty (--git URL or git.url)")
     clean = normal_path(path or ".")

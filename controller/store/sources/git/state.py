@@ -53,6 +53,8 @@ def state_of(st: SourceStatus, phases: Phases) -> tuple[str, str]:
         return PROGRESSING, f"not fetched yet{began}"
     if st.applied != st.fetched:
         return PROGRESSING, f"applying {st.fetched[:12]}"
+    if st.passed_at != st.applied:  # moved, its pass not ended: its records may be unwritten
+        return PROGRESSING, f"applying {(st.applied or '-')[:12]}"
     if st.invalid and st.invalid_at == st.applied:
         more = len(st.invalid) - 1
         full = len(st.invalid) >= INVALID_KEPT  # kept no more: there may be others

@@ -67,6 +67,9 @@ class SourceStatus:
     invalid: list[str] = field(default_factory=list)
     invalid_at: str | None = None
     invalid_on_node: bool = False  # the first one's fix is on this node (ManifestError's)
+    # The applied commit whose pass ran to its end (``note_invalid``): before that its
+    # records may not be written yet, and no deployment read as all of them Ready.
+    passed_at: str | None = None
     # A move that failed (``move_target`` not in the checkout, or git could not check it
     # out): tried again after a back-off (``next_move_at``), not at every pass, and said
     # once; the pin it may be stands, and the fetches go on.
