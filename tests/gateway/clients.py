@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 WAIT = 40.0
+ECHO = Path(__file__).with_name("echo_engine.py")
 
 
 @dataclass
@@ -106,3 +109,25 @@ def stream_begun(conn: http.client.HTTPConnection, model: str) -> http.client.HT
     assert answer.status == 200, answer.read()
     assert answer.read1(4096).strip(), "the stream's first chunk"
     return answer
+
+
+class Held:
+    """An engine whose streams hold their end until the test releases them: the echo
+    engine with ``--hold-while`` (this file) and ``--cut-on-term`` (a SIGTERM cuts them,
+    as the demo engine's does). A drain test streams from it, makes its check, then
+    releases: it lasts as long as its events. A stream of fixed length (20-30 s) had to
+    outlive the drain by a margin, and was waited out whole. Ended whole after
+    ``release``, a stream proves its engine was not stopped before its end."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "hold"
+        self.path.touch()
+
+    def command(self) -> list[str]:
+        """The engine's command (the daemon fills in its port and name)."""
+        engine = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+        return [*engine, "--hold-while", str(self.path), "--cut-on-term"]
+
+    def release(self) -> None:
+        """The streams held end (each within the engine's poll of the file, 50 ms)."""
+        self.path.unlink(missing_ok=True)
