@@ -15,6 +15,7 @@ from typing import Any
 
 WAIT = 40.0
 ECHO = Path(__file__).with_name("echo_engine.py")
+HELD_READ = 600.0  # s: a held stream's socket timeout (Held.stream)
 
 
 @dataclass
@@ -73,15 +74,15 @@ class Stream:
     """One streamed chat answer through the gateway, read in a thread of its own:
     ``begun`` once its first chunk came, ``body`` the whole answer once it ends."""
 
-    def __init__(self, port: int, model: str) -> None:
-        self.port, self.model = port, model
+    def __init__(self, port: int, model: str, timeout: float = WAIT) -> None:
+        self.port, self.model, self.timeout = port, model, timeout
         self.begun = threading.Event()
         self.body = b""
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
     def _read(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
         try:
             ask = {"model": self.model, "stream": True, "messages": []}
             conn.request("POST", "/v1/chat/completions", body=json.dumps(ask).encode())
@@ -127,6 +128,12 @@ class Held:
         """The engine's command (the daemon fills in its port and name)."""
         engine = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
         return [*engine, "--hold-while", str(self.path), "--cut-on-term"]
+
+    def stream(self, port: int, model: str) -> Stream:
+        """A streamed answer through the gateway on ``port``, read with a socket timeout
+        past any wait a loaded box makes before its release (nothing comes meanwhile: the
+        reader's 40 s cut a held stream at load 20+); each test's joins bound it."""
+        return Stream(port, model, timeout=HELD_READ)
 
     def release(self) -> None:
         """The streams held end (each within the engine's poll of the file, 50 ms)."""

@@ -117,7 +117,7 @@ def test_a_replica_scaled_away_finishes_the_answers_it_streams(
     # write that `wait_phase` saw (CI: both streams went to pool@1), so a few more go
     # until each replica streams one; every one must end whole below.
     while {s.pid() for s in streams} != pids and len(streams) < 6:
-        streams.append(stream := Stream(g.port, "pool"))
+        streams.append(stream := held.stream(g.port, "pool"))
         reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
     assert {s.pid() for s in streams} == pids, [s.body[:300] for s in streams]
     reconcile.write("pool", replicas=1, devices=gpu, command=slow, stopGracePeriodSeconds=60)

@@ -27,7 +27,7 @@ def _streaming(reconcile: Any, gateway: Any, held: Held) -> tuple[Any, Stream, i
     g = gateway()
     pid: int = g.wait_phase("web", "Ready")["pid"]
     assert g.stop() == 0
-    stream = Stream(g.port, "web")
+    stream = held.stream(g.port, "web")
     reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
     return g, stream, pid
 

@@ -27,7 +27,7 @@ def test_a_crash_is_restarted_while_another_engine_drains_a_stream(
     g = gateway()
     first = g.wait_phase("a", "Ready")["pid"]
     old = g.wait_phase("b", "Ready")["pid"]
-    stream = Stream(g.port, "a")
+    stream = held.stream(g.port, "a")
     reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
     changed = reconcile.demo_command(load_seconds="0", chunks="3")  # a recreate: drained
     reconcile.write("a", command=changed, stopGracePeriodSeconds=60)
@@ -62,7 +62,7 @@ def _killed_mid_drain(reconcile: Any, gateway: Any, held: Held) -> tuple[int, St
     reconcile.write("a", command=held.command(), stopGracePeriodSeconds=60)
     g = gateway()
     first: int = g.wait_phase("a", "Ready")["pid"]
-    stream = Stream(g.port, "a")
+    stream = held.stream(g.port, "a")
     reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
     reconcile.write("a", command=reconcile.demo_command(load_seconds="0", chunks="3"))
 
@@ -77,7 +77,7 @@ def _killed_mid_drain(reconcile: Any, gateway: Any, held: Held) -> tuple[int, St
     return first, stream
 
 
-def _released_whole(reconcile: Any, held: Held, first: int, stream: Stream) -> None:
+def _released_whole(held: Held, first: int, stream: Stream) -> None:
     """Past the moment the old code signalled ``a`` (cutting the stream: its engine
     exits at a SIGTERM), ``a`` still runs: the stream is let end, and ends whole."""
     assert stream.thread.is_alive(), stream.body[-400:]
@@ -102,7 +102,7 @@ def test_a_daemon_killed_while_its_gateway_drains_leaves_the_stream_to_end_whole
         timeout=WAIT,
         what="the next daemon's first pass",
     )
-    _released_whole(reconcile, held, first, stream)
+    _released_whole(held, first, stream)
 
     def recreated() -> bool:
         a = reconcile.status().get("a", {})
@@ -134,7 +134,7 @@ def test_a_once_after_a_daemon_killed_mid_drain_lets_the_stream_end_whole(
         timeout=WAIT,
         what="the once draining a",
     )
-    _released_whole(reconcile, held, first, stream)
+    _released_whole(held, first, stream)
     once.join(timeout=WAIT)
     assert not once.is_alive(), "the once did not end once the stream had"
     assert done and done[0].code == 0, done

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from clients import Held, Stream
+from clients import Held
 
 from controller.store.statedir import StateDir
 
@@ -23,7 +23,7 @@ def test_a_preempted_engine_finishes_the_answer_it_streams(
     reconcile.write("low", devices=GPU, command=held.command(), stopGracePeriodSeconds=60)
     g = gateway()
     low = g.wait_phase("low", "Ready")["pid"]
-    stream = Stream(g.port, "low")
+    stream = held.stream(g.port, "low")
     reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
     reconcile.write("high", devices=GPU, priority=10, basePort=reconcile.port + 2)
     # low's drain asked (a stop at once instead cut the stream: the engine ends at a
