@@ -1,7 +1,7 @@
 """The benchmark command runs end to end with tiny N (``python -m benchmarks --quick``).
 
 No timings are asserted (the machine is noisy): speed lives in ``benchmarks/``. Budget:
-~20 s. The benchmarks clean up after themselves (engines by their node's marker,
+~20 s a test. The benchmarks clean up after themselves (engines by their node's marker,
 supervisord by SIGTERM), so the run must leave nothing behind.
 """
 
@@ -26,19 +26,24 @@ STOP_LIMIT = 60  # s for its clean-up after a SIGTERM
 # Each test's own limit (pytest-timeout's) leaves room for both: at the suite's 300 s the
 # test was failed by an exception inside the run, which SIGKILLed the benchmark alone.
 pytestmark = pytest.mark.timeout(RUN_LIMIT + STOP_LIMIT + 60)
-SECTIONS = (
-    "1. start-up",
-    "2. steady pass",
-    "3. placement lock",
-    "4. event → exec",
-    "5. memory",
-    "6. cold start",
-    "7. placement",
-    "8. read verbs",
-    "9. replicas",
-    "10. model pull",
-    "11. health",
-)
+# The default run's sections (``python -m benchmarks --quick``), in four runs of
+# ``--only`` that xdist spreads over its workers: run whole, one test took ~90 s idle and
+# ~180 s at load 20, the longest single test of the suite's chain. Each part ~15-25 s
+# idle (section_seconds in a run's results.json).
+PARTS = {
+    "startup,steady,lock,watch,cold,placement": (
+        "1. start-up",
+        "2. steady pass",
+        "3. placement lock",
+        "4. event → exec",
+        "5. memory",
+        "6. cold start",
+        "7. placement",
+    ),
+    "verbs,health": ("8. read verbs", "11. health"),
+    "replicas,autoscale": ("9. replicas",),
+    "pull": ("10. model pull",),
+}
 
 
 def quick(tmp_path: Path, *only: str) -> tuple[str, list[dict[str, Any]], Path]:
@@ -77,11 +82,20 @@ def _stopped(proc: subprocess.Popen[str]) -> tuple[str, str]:
         return proc.communicate()
 
 
-def test_the_benchmark_command_runs_with_tiny_n(tmp_path: Path) -> None:
-    table, rows, run = quick(tmp_path)
-    for section in SECTIONS:
+def test_the_parts_are_the_default_run() -> None:
+    """The parts below run every section a plain ``--quick`` runs, each once."""
+    from benchmarks.__main__ import DEFAULT
+
+    named = [name for part in PARTS for name in part.split(",")]
+    assert sorted(named) == sorted(DEFAULT)
+
+
+@pytest.mark.parametrize("part", list(PARTS))
+def test_the_benchmark_command_runs_with_tiny_n(part: str, tmp_path: Path) -> None:
+    table, rows, run = quick(tmp_path, part)
+    for section in PARTS[part]:
         assert f"| {section} |" in table, table
-    assert {row["section"] for row in rows} == set(SECTIONS)
+    assert {row["section"] for row in rows} == set(PARTS[part])
     assert all(row["ours"] for row in rows), rows
     assert (run / "logs").is_dir()  # the daemon's and supervisord's logs are kept
 

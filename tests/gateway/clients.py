@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 WAIT = 40.0
+ECHO = Path(__file__).with_name("echo_engine.py")
+HELD_READ = 600.0  # s: a held stream's socket timeout (Held.stream)
 
 
 @dataclass
@@ -70,15 +74,15 @@ class Stream:
     """One streamed chat answer through the gateway, read in a thread of its own:
     ``begun`` once its first chunk came, ``body`` the whole answer once it ends."""
 
-    def __init__(self, port: int, model: str) -> None:
-        self.port, self.model = port, model
+    def __init__(self, port: int, model: str, timeout: float = WAIT) -> None:
+        self.port, self.model, self.timeout = port, model, timeout
         self.begun = threading.Event()
         self.body = b""
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
     def _read(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
         try:
             ask = {"model": self.model, "stream": True, "messages": []}
             conn.request("POST", "/v1/chat/completions", body=json.dumps(ask).encode())
@@ -106,3 +110,31 @@ def stream_begun(conn: http.client.HTTPConnection, model: str) -> http.client.HT
     assert answer.status == 200, answer.read()
     assert answer.read1(4096).strip(), "the stream's first chunk"
     return answer
+
+
+class Held:
+    """An engine whose streams hold their end until the test releases them: the echo
+    engine with ``--hold-while`` (this file) and ``--cut-on-term`` (a SIGTERM cuts them,
+    as the demo engine's does). A drain test streams from it, makes its check, then
+    releases: it lasts as long as its events. A stream of fixed length (20-30 s) had to
+    outlive the drain by a margin, and was waited out whole. Ended whole after
+    ``release``, a stream proves its engine was not stopped before its end."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "hold"
+        self.path.touch()
+
+    def command(self) -> list[str]:
+        """The engine's command (the daemon fills in its port and name)."""
+        engine = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+        return [*engine, "--hold-while", str(self.path), "--cut-on-term"]
+
+    def stream(self, port: int, model: str) -> Stream:
+        """A streamed answer through the gateway on ``port``, read with a socket timeout
+        past any wait a loaded box makes before its release (nothing comes meanwhile: the
+        reader's 40 s cut a held stream at load 20+); each test's joins bound it."""
+        return Stream(port, model, timeout=HELD_READ)
+
+    def release(self) -> None:
+        """The streams held end (each within the engine's poll of the file, 50 ms)."""
+        self.path.unlink(missing_ok=True)

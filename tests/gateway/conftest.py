@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import warmcli
+from clients import Held
 from procs import GATEWAY_MARKER, free_ports, kill_marked, marked_pids
 
 from controller.gateway.lifecycle import registry
@@ -198,6 +199,15 @@ def gateway(reconcile: Any) -> Iterator[Gateways]:
     gateways = Gateways(reconcile)
     yield gateways
     gateways.kill_all()
+
+
+@pytest.fixture
+def held(reconcile: Any) -> Iterator[Held]:
+    """Streams held until released (clients.Held); released at teardown too, so a test
+    that failed first leaves no drain waiting on them."""
+    hold = Held(reconcile.tmp)
+    yield hold
+    hold.release()
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """An engine that says what reached it (for the gateway's path and token tests).
 
     python echo_engine.py --port N --model NAME [--hold-while FILE] [--head-while FILE]
+                          [--cut-on-term]
 
 ``GET /health`` answers 200. Any other request is read as a stream (never whole: a
 50 MB upload costs this process little too) and answered with JSON naming the engine
@@ -10,9 +11,14 @@ are added where their paths ask: ``data`` for embeddings, ``text`` for transcrip
 ``choices`` and ``usage`` for completions (``"stream": true``: server-sent events, the
 usage chunk last when ``stream_options.include_usage`` asks for it). While
 ``--hold-while FILE`` exists, a stream holds its end (its first chunks sent): a request
-in flight for as long as a test wants. While ``--head-while FILE`` exists, a request
-gets nothing at all, not even its answer's head (a long prefill), while ``/health`` still
-answers; ``GET /looks`` says how many ``/health`` it answered.
+in flight for as long as a test wants: the drain tests release it (the file removed)
+once their check is made, and last as long as their events, not a stream's margin.
+While ``--head-while FILE`` exists, a request gets nothing at all, not even its answer's
+head (a long prefill), while ``/health`` still answers; ``GET /looks`` says how many
+``/health`` it answered. A SIGTERM lets the requests in flight end (aiohttp's run_app's
+grace); with ``--cut-on-term`` it ends the process at once and cuts them, as the demo
+engine does: a stream that ends whole proves its engine was not signalled before its end.
+Each chunk names the process (``system_fingerprint``: ``pid-N``, as the demo engine's do).
 
 On the demo engine's small HTTP/1.1 server (controller/demo/httpserver.py), one thread a
 connection: on aiohttp each start cost ~0.3 s of CPU (its imports), this one ~0.07 s, and
@@ -25,6 +31,7 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import signal
 import sys
 import threading
@@ -192,7 +199,7 @@ class Echo(Handler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         base = {"id": "cmpl-echo", "object": "chat.completion.chunk", "created": 0}
-        base["model"] = self.model
+        base.update(model=self.model, system_fingerprint=f"pid-{os.getpid()}")
         for i in range(CHUNKS):
             delta = {"index": 0, "delta": {"content": f"c{i}"}, "finish_reason": None}
             chunk = {**base, "choices": [delta], **({"echo": said} if i == 0 else {})}
@@ -252,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--hold-while", type=Path)
     parser.add_argument("--head-while", type=Path)
+    parser.add_argument("--cut-on-term", action="store_true")
     args = parser.parse_args(argv)
     bound = {"model": args.model, "hold": args.hold_while, "head": args.head_while}
     server = EchoServer(("127.0.0.1", args.port), type("Bound", (Echo,), bound))
@@ -260,7 +268,8 @@ def main(argv: list[str] | None = None) -> None:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
-        drain()
+        if not args.cut_on_term:
+            drain()
 
 
 if __name__ == "__main__":

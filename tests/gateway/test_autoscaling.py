@@ -5,9 +5,12 @@ by a request; the count is state-dir state with an event per change, never the m
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
-from clients import Loop, Stream
+from clients import Held, Loop, Stream
+
+from controller.store.statedir import StateDir
 
 WAIT = 60.0
 SLOW = {"chunks": "10", "chunk_delay": "0.3"}  # a streamed answer takes ~3 s
@@ -95,13 +98,13 @@ def test_scales_on_the_engines_own_requests_waiting(reconcile: Any, gateway: Any
 
 
 def test_a_replica_scaled_away_finishes_the_answers_it_streams(
-    reconcile: Any, gateway: Any
+    reconcile: Any, gateway: Any, held: Held
 ) -> None:
     """Scaling down (the manifest's replicas, or the autoscaler's count under lower load)
     stopped the highest replica at once: an answer it was streaming through the gateway
     ended mid-way, with no [DONE] and no error. It is drained first now, as a recreate is:
     the gateway sends it nothing new and its answers end, then it stops."""
-    slow = reconcile.demo_command(load_seconds="0", chunks="100", chunk_delay="0.2")  # ~20 s
+    slow = held.command()  # its answers end once released
     gpu = {"count": 1, "kind": "nvidia"}
     reconcile.write("pool", replicas=2, devices=gpu, command=slow, stopGracePeriodSeconds=60)
     g = gateway()
@@ -114,10 +117,22 @@ def test_a_replica_scaled_away_finishes_the_answers_it_streams(
     # write that `wait_phase` saw (CI: both streams went to pool@1), so a few more go
     # until each replica streams one; every one must end whole below.
     while {s.pid() for s in streams} != pids and len(streams) < 6:
-        streams.append(stream := Stream(g.port, "pool"))
+        streams.append(stream := held.stream(g.port, "pool"))
         reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
     assert {s.pid() for s in streams} == pids, [s.body[:300] for s in streams]
     reconcile.write("pool", replicas=1, devices=gpu, command=slow, stopGracePeriodSeconds=60)
+    # pool@1's drain asked (a stop at once instead cut its answers: the engine ends at a
+    # SIGTERM): it still runs, and the answers are let end
+    retire = StateDir(reconcile.state).retire
+    reconcile.wait_for(
+        lambda: any(retire.glob("*.json")) or not all(s.thread.is_alive() for s in streams),
+        timeout=WAIT,
+        what="pool@1's drain asked",
+    )
+    assert all(s.thread.is_alive() for s in streams), [s.body[-300:] for s in streams]
+    for pid in pids:
+        os.kill(int(pid.removeprefix("pid-")), 0)  # ProcessLookupError: stopped too soon
+    held.release()
     reconcile.wait_for(
         lambda: set(reconcile.status()) == {"pool"}, timeout=WAIT * 2, what="scaled down to 1"
     )

@@ -5,28 +5,43 @@ Pending for room, saying who won."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from clients import Stream
+from clients import Held
+
+from controller.store.statedir import StateDir
 
 WAIT = 60.0
 GPU = {"count": 1, "kind": "nvidia"}
 
 
-def test_a_preempted_engine_finishes_the_answer_it_streams(reconcile: Any, gateway: Any) -> None:
+def test_a_preempted_engine_finishes_the_answer_it_streams(
+    reconcile: Any, gateway: Any, held: Held
+) -> None:
     reconcile.devices = "nvidia:0"
-    slow = reconcile.demo_command(load_seconds="0", chunks="60", chunk_delay="0.2")  # ~12 s
-    reconcile.write("low", devices=GPU, command=slow, stopGracePeriodSeconds=60)
+    reconcile.write("low", devices=GPU, command=held.command(), stopGracePeriodSeconds=60)
     g = gateway()
-    g.wait_phase("low", "Ready")
-    stream = Stream(g.port, "low")
+    low = g.wait_phase("low", "Ready")["pid"]
+    stream = held.stream(g.port, "low")
     reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
     reconcile.write("high", devices=GPU, priority=10, basePort=reconcile.port + 2)
+    # low's drain asked (a stop at once instead cut the stream: the engine ends at a
+    # SIGTERM): low still runs, and its answer is let end
+    retire = StateDir(reconcile.state).retire
+    reconcile.wait_for(
+        lambda: any(retire.glob("*.json")) or not stream.thread.is_alive(),
+        timeout=WAIT,
+        what="low's drain asked",
+    )
+    assert stream.thread.is_alive(), stream.body[-400:]
+    os.kill(low, 0)  # ProcessLookupError: low was stopped before its answer ended
+    held.release()
     g.wait_phase("high", "Ready", timeout=WAIT * 2)
     stream.thread.join(timeout=WAIT)
     assert stream.body.rstrip().endswith(b"data: [DONE]"), stream.body[-400:]
-    low = reconcile.status()["low"]
-    assert low["phase"] == "Pending" and "preempted by high (priority 10)" in low["message"]
+    was = reconcile.status()["low"]
+    assert was["phase"] == "Pending" and "preempted by high (priority 10)" in was["message"]
     g.finish()
 
 

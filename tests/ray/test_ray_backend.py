@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from procs import alive, cmdline, wait_for
-from rayhelp import engines_gone, ours, ray
+from rayhelp import end_ours, engines_gone, ours, ray
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = {"count": 1, "kind": "nvidia"}
@@ -28,7 +28,7 @@ def rc(cluster: Any, reconcile: Reconcile) -> Iterator[Reconcile]:
     r = reconcile
     r.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address)
     yield r
-    r("down", check=None)
+    end_ours()
     wait_for(lambda: not ours(), timeout=30, what="our actors gone")
     engines_gone()
 

@@ -30,7 +30,7 @@ from containers.conftest import (  # noqa: F401 (fixtures)
     registry,
 )
 from procs import alive, wait_for
-from rayhelp import engines_gone, ours, ray
+from rayhelp import end_ours, engines_gone, ours, ray
 
 from controller.host.containers import INSTANCE_LABEL, STATE_LABEL
 
@@ -79,10 +79,10 @@ def rc(cluster: Any, reconcile: Reconcile, engine: Engine) -> Iterator[Reconcile
 
 
 def _all_down(r: Reconcile, pids: Collection[int] = ()) -> None:
-    """What a test started on the cluster, ended: `down`, then its actors and its engines
-    gone (by their marker; ``pids`` by pid: those on the ``bare`` node, whose marker names
-    that node's own temp folder)."""
-    r("down", check=None)
+    """What a test started on the cluster, ended (``end_ours``: a `down` cost a driver's
+    start), then its actors and its engines gone (by their marker; ``pids`` by pid: those
+    on the ``bare`` node, whose marker names that node's own temp folder)."""
+    end_ours()
     wait_for(lambda: not ours(), timeout=30, what="our actors gone")
     engines_gone()
     wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
