@@ -500,10 +500,10 @@ class Wrapper:
         """An image ``pullPolicy: Never`` will not pull, missing: and what to do."""
         if other := self._other_has(runtime, container, image):
             return (
-                f"image {image} is not in {runtime.name}'s images and pullPolicy is Never: {other}"
+                f"image {image} is not in {runtime.name}'s images and {imagepulls.NEVER}: {other}"
             )
         return (
-            f"image {image} is not on this node and pullPolicy is Never: "
+            f"image {image} is not on this node and {imagepulls.NEVER}: "
             f"`{runtime.name} pull {image}` (or load it)"
         )
 
@@ -662,7 +662,7 @@ def _failed_pull(job: PullJob, said: str) -> Held:
     if job.age() < PREPULL_RETRY:
         return Held(said, failed=True)
     job.retry(said)
-    return Held(f"{said}; pulling it again", failed=True)
+    return Held(f"{said}{imagepulls.RETRYING}", failed=True)
 
 
 def _pulling(job: PullJob, pulling: str) -> Held:
@@ -670,7 +670,7 @@ def _pulling(job: PullJob, pulling: str) -> Held:
     before = job.failed_before()
     if before is None:
         return Held(pulling)
-    return Held(f"{before}; pulling it again", failed=True)
+    return Held(f"{before}{imagepulls.RETRYING}", failed=True)
 
 
 @dataclass(frozen=True, slots=True)
