@@ -235,7 +235,8 @@ def test_logs_say_when_the_runtimes_log_cannot_be_read(
     to give: where the runtime's `logs` failed (its daemon down, a storage lock), `reconcile
     logs` showed the file alone, which stops at that `run`'s end (its shell's `Killed`
     last), exit 0 and not a word: as if the engine had said nothing since (a containers
-    trial). It says so now, in the runtime's words; the file is still shown."""
+    trial). It says so now, in the runtime's words; the file is still shown, and holds no
+    `Killed` of that shell's (the engine was not killed)."""
     write(rc, engine, "box", command=TICKER)
     try:
         rc.converge()
@@ -247,7 +248,11 @@ def test_logs_say_when_the_runtimes_log_cannot_be_read(
         (client,) = shell.children()
         client.kill()  # the `run` alone: the container runs on
         rc.wait_for(lambda: exit_status(rc_file) is not None, 30, "the run's exit status")
-        last = max(_ticks(rc.store().log_path("box").read_text()))
+        written = rc.store().log_path("box").read_text()
+        # the engine was not killed: its log says nothing of it (the `run`'s shell said
+        # `Killed` there, before it wrote the status waited for above)
+        assert "Killed" not in written, written
+        last = max(_ticks(written))
         rc.wait_for(lambda: last + 3 in _ticks(engine.cli("logs", cid)), 30, "ticks past the file")
         words = "cannot connect to the container runtime"
         count = mistaken(engine, tmp_path, monkeypatch, f"logs {cid}", words, times=1)

@@ -95,10 +95,13 @@ DETACH = 'rc=$1; shift; { "$@"; echo $? >"$rc"; } </dev/null >&2 & echo $!'
 # that shell runs, and none once it is gone (killed with its `run`: the 10 s a pass waited
 # for it). Each line ends with the runtime's name (the `run`'s program): the runtime to
 # ask of a container no record names. An older version's shell leaves it empty (or the
-# name left out); an older version's `run`, no file.
+# name left out); an older version's `run`, no file. The `run` is the shell's child by an
+# exec'd subshell while the shell's own stderr is set aside: dash says `Killed` of a child
+# a signal ended, on its stderr, which is the engine's log (a `run` killed by hand wrote
+# it there, as if the engine had been killed); its own errors go there still.
 WAIT_EXIT = (
-    'rc=$1; shift; echo "pid $$ $1" >"$rc"; "$@"; code=$?; echo "$code $1" >"$rc.new"; '
-    'mv -f "$rc.new" "$rc"; exit $code'
+    'rc=$1; shift; echo "pid $$ $1" >"$rc"; exec 3>&2 2>/dev/null; (exec "$@" 2>&3 3>&-); '
+    'code=$?; exec 2>&3 3>&-; echo "$code $1" >"$rc.new"; mv -f "$rc.new" "$rc"; exit $code'
 )
 
 
