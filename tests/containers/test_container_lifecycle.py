@@ -396,6 +396,33 @@ def test_pull_policy_never_and_no_image_names_the_image(rc: Reconcile, engine: E
     rc.down()
 
 
+def test_plan_exits_1_where_pull_policy_never_finds_no_image(rc: Reconcile, engine: Engine) -> None:
+    """`plan` exits 1 where `--once` would: a start, or a Ready engine's new spec, whose
+    image the node lacks and pullPolicy Never will not pull. The pass leaves the start
+    Pending and keeps the running engine (exit 1), but `plan` exited 2 (changes pending),
+    so `reconcile plan && reconcile --once` went on into a failing pass (a containers
+    trial)."""
+    write(rc, engine, "kept")
+    rc.converge()
+    missing = "localhost/reconcile-test/absent:1"
+    never = {"image": missing, "pullPolicy": "Never"}
+    fresh = write(rc, engine, "fresh", container=never)
+    planned = rc("plan", check=1)
+    assert f"image {missing} is not on this node and pullPolicy is Never" in planned.out, planned
+    rc.once(check=1)  # as planned
+    rc("down", "fresh")
+    fresh.unlink()
+    write(rc, engine, "kept", container=never)
+    planned = rc("plan", check=1)
+    assert "it would not start now (pull-image: image " in planned.out, planned
+    serving = rc.record("kept")
+    done = rc.once(check=1)  # as planned: the engine serves on
+    assert "the running engine is kept" in done.err, done
+    assert rc.record("kept")["ref"] == serving["ref"]  # type: ignore[index]
+    rc("plan", check=1)  # and again, with the kept engine's record
+    rc.down()
+
+
 def _pull_ended(rc: Reconcile, engine: Engine, name: str) -> tuple[str, PullJob]:
     """``name`` on an image from a registry nobody serves: Pulling, then its pull ended
     (failed); the image and its pull job."""
