@@ -22,6 +22,10 @@ FINAL_WORDS = (
     "no basic auth credentials",
     "invalid reference format",
 )
+# A running engine kept for a new spec whose image did not pull: how its why ends while
+# the pull is tried again, and what it says where pullPolicy Never forbids a pull.
+RETRYING = "; pulling it again"
+NEVER = "pullPolicy is Never"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +47,14 @@ def final(message: str) -> bool:
     """A failed image pull whose runtime's words say that retrying cannot fix it."""
     said = message.lower()
     return failed(message) and any(words in said for words in FINAL_WORDS)
+
+
+def kept_for_good(why: str, retried: bool) -> bool:
+    """A running engine kept for its new spec (``why``) that no further wait brings: its
+    image's pull failed for good (no retry fixes it, or ``retried`` failed too), or Never
+    forbids one. Its retry under way (``RETRYING``) may yet bring it."""
+    if why.endswith(RETRYING):
+        return False
+    if NEVER in why:
+        return True
+    return failed(why) and (retried or final(why))

@@ -228,6 +228,47 @@ def test_logs_read_the_runtime_once_the_run_client_is_killed(rc: Reconcile, engi
         rc.down()
 
 
+def test_logs_say_when_the_runtimes_log_cannot_be_read(
+    rc: Reconcile, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its `run` killed while the container runs on, an engine's output is the runtime's
+    to give: where the runtime's `logs` failed (its daemon down, a storage lock), `reconcile
+    logs` showed the file alone, which stops at that `run`'s end (its shell's `Killed`
+    last), exit 0 and not a word: as if the engine had said nothing since (a containers
+    trial). It says so now, in the runtime's words; the file is still shown, and holds no
+    `Killed` of that shell's (the engine was not killed)."""
+    write(rc, engine, "box", command=TICKER)
+    try:
+        rc.converge()
+        rec = running(rc, "box")
+        cid = rec["container"]["id"]  # type: ignore[index]
+        (rc_file,) = (rc.state / "run").glob("*.rc")
+        shell = psutil.Process(int(rc_file.read_text().split()[1]))  # `pid N`: the run's shell
+        rc.wait_for(lambda: "tick 2" in rc("logs", "box").out, 30, "two ticks")
+        (client,) = shell.children()
+        client.kill()  # the `run` alone: the container runs on
+        rc.wait_for(lambda: exit_status(rc_file) is not None, 30, "the run's exit status")
+        written = rc.store().log_path("box").read_text()
+        # the engine was not killed: its log says nothing of it (the `run`'s shell said
+        # `Killed` there, before it wrote the status waited for above)
+        assert "Killed" not in written, written
+        last = max(_ticks(written))
+        rc.wait_for(lambda: last + 3 in _ticks(engine.cli("logs", cid)), 30, "ticks past the file")
+        words = "cannot connect to the container runtime"
+        count = mistaken(engine, tmp_path, monkeypatch, f"logs {cid}", words, times=1)
+        path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+        shown = rc("logs", "box", check=0, env={"PATH": path})
+        assert count.read_text().strip() == "1", shown  # the runtime was asked, and failed
+        assert " reconcile: start box instance " in shown.out and "tick 2" in shown.out, shown
+        said = f"reconcile: box: `{engine.name} logs {cid}`: Error: {cid}: {words}: "
+        assert said in shown.err and "is not shown (the log file stops there)" in shown.err, shown
+        again = rc("logs", "box", check=0, env={"PATH": path})  # the runtime answers now
+        assert max(_ticks(shown.out)) == last, shown  # the file's alone
+        assert again.err == "" and last + 3 in _ticks(again.out), again
+    finally:
+        rc.down()
+
+
 def test_once_says_the_restart_pulls_when_its_image_was_removed_meanwhile(
     rc: Reconcile, engine: Engine
 ) -> None:
@@ -352,6 +393,33 @@ def test_pull_policy_never_and_no_image_names_the_image(rc: Reconcile, engine: E
     assert engine.ours(rc.state) == []
     # Nothing ran, so the log says nothing: each pass wrote a `start` line there.
     assert not (rc.state / "instances" / "logs" / "never.log").exists()
+    rc.down()
+
+
+def test_plan_exits_1_where_pull_policy_never_finds_no_image(rc: Reconcile, engine: Engine) -> None:
+    """`plan` exits 1 where `--once` would: a start, or a Ready engine's new spec, whose
+    image the node lacks and pullPolicy Never will not pull. The pass leaves the start
+    Pending and keeps the running engine (exit 1), but `plan` exited 2 (changes pending),
+    so `reconcile plan && reconcile --once` went on into a failing pass (a containers
+    trial)."""
+    write(rc, engine, "kept")
+    rc.converge()
+    missing = "localhost/reconcile-test/absent:1"
+    never = {"image": missing, "pullPolicy": "Never"}
+    fresh = write(rc, engine, "fresh", container=never)
+    planned = rc("plan", check=1)
+    assert f"image {missing} is not on this node and pullPolicy is Never" in planned.out, planned
+    rc.once(check=1)  # as planned
+    rc("down", "fresh")
+    fresh.unlink()
+    write(rc, engine, "kept", container=never)
+    planned = rc("plan", check=1)
+    assert "it would not start now (pull-image: image " in planned.out, planned
+    serving = rc.record("kept")
+    done = rc.once(check=1)  # as planned: the engine serves on
+    assert "the running engine is kept" in done.err, done
+    assert rc.record("kept")["ref"] == serving["ref"]  # type: ignore[index]
+    rc("plan", check=1)  # and again, with the kept engine's record
     rc.down()
 
 

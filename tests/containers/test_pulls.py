@@ -521,6 +521,43 @@ def test_wait_ends_on_a_registry_that_is_down_after_its_first_retry(
     rc.down()
 
 
+@pytest.mark.parametrize("cause", ["no such image", "registry down", "never"])
+def test_wait_ends_on_a_replacement_whose_image_does_not_pull(
+    pulling: Reconcile, engine: Engine, registry: Registry, cause: str
+) -> None:
+    """A Ready engine whose new spec's image does not pull serves on (Ready, the old
+    spec), so `--once --wait` found no back-off to judge and sat out its whole timeout (a
+    containers trial: 10 minutes by default). It ends as a start's failed pull ends it:
+    at once where no retry can fix it (or pullPolicy Never forbids one), after the retry
+    (30 s on) failed too otherwise; exit 1 naming the image and the runtime's words (or
+    Never's); the engine serving on."""
+    rc = pulling
+    write(rc, engine, "kept")
+    rc.converge()
+    serving = rc.record("kept")
+    host, port = registry.address.split(":")
+    image, policy, said = {
+        "no such image": (f"{registry.address}/reconcile-test/no-such-engine:1", "IfNotPresent",
+                          "manifest unknown"),
+        "registry down": (f"{host}:{int(port) + 1}/reconcile-test/engine:1",  # none listens
+                          "IfNotPresent", "connection refused"),
+        "never": (f"{registry.address}/reconcile-test/engine:1", "Never",
+                  "is not on this node and pullpolicy is never"),
+    }[cause]  # fmt: skip
+    write(rc, engine, "kept", container={"image": image, "pullPolicy": policy})
+    result = rc("--once", "--wait", "--timeout", "150", check=1, timeout=300)
+    assert "timed out" not in result.err, result.err
+    why = "cannot pull image " if policy != "Never" else "image "
+    assert f"cannot progress without you: kept: {why}{image}" in result.err, result.err
+    assert "the running engine is kept" in result.err and said in result.err.lower(), result.err
+    if cause != "registry down":  # at once: no retry was waited for
+        assert "pulling it again" not in result.err, result.err
+    kept = rc.record("kept")
+    assert kept["phase"] == "Ready" and kept["ref"] == serving["ref"], kept
+    after_pulls(rc)
+    rc.down()
+
+
 def test_a_full_image_storage_is_named_with_where_and_how_to_make_room(
     reconcile: Reconcile, podman: Engine, registry: Registry, tmp_path: Path
 ) -> None:

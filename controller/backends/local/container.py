@@ -95,10 +95,13 @@ DETACH = 'rc=$1; shift; { "$@"; echo $? >"$rc"; } </dev/null >&2 & echo $!'
 # that shell runs, and none once it is gone (killed with its `run`: the 10 s a pass waited
 # for it). Each line ends with the runtime's name (the `run`'s program): the runtime to
 # ask of a container no record names. An older version's shell leaves it empty (or the
-# name left out); an older version's `run`, no file.
+# name left out); an older version's `run`, no file. The `run` is the shell's child by an
+# exec'd subshell while the shell's own stderr is set aside: dash says `Killed` of a child
+# a signal ended, on its stderr, which is the engine's log (a `run` killed by hand wrote
+# it there, as if the engine had been killed); its own errors go there still.
 WAIT_EXIT = (
-    'rc=$1; shift; echo "pid $$ $1" >"$rc"; "$@"; code=$?; echo "$code $1" >"$rc.new"; '
-    'mv -f "$rc.new" "$rc"; exit $code'
+    'rc=$1; shift; echo "pid $$ $1" >"$rc"; exec 3>&2 2>/dev/null; (exec "$@" 2>&3 3>&-); '
+    'code=$?; exec 2>&3 3>&-; echo "$code $1" >"$rc.new"; mv -f "$rc.new" "$rc"; exit $code'
 )
 
 
@@ -500,10 +503,10 @@ class Wrapper:
         """An image ``pullPolicy: Never`` will not pull, missing: and what to do."""
         if other := self._other_has(runtime, container, image):
             return (
-                f"image {image} is not in {runtime.name}'s images and pullPolicy is Never: {other}"
+                f"image {image} is not in {runtime.name}'s images and {imagepulls.NEVER}: {other}"
             )
         return (
-            f"image {image} is not on this node and pullPolicy is Never: "
+            f"image {image} is not on this node and {imagepulls.NEVER}: "
             f"`{runtime.name} pull {image}` (or load it)"
         )
 
@@ -662,7 +665,7 @@ def _failed_pull(job: PullJob, said: str) -> Held:
     if job.age() < PREPULL_RETRY:
         return Held(said, failed=True)
     job.retry(said)
-    return Held(f"{said}; pulling it again", failed=True)
+    return Held(f"{said}{imagepulls.RETRYING}", failed=True)
 
 
 def _pulling(job: PullJob, pulling: str) -> Held:
@@ -670,7 +673,7 @@ def _pulling(job: PullJob, pulling: str) -> Held:
     before = job.failed_before()
     if before is None:
         return Held(pulling)
-    return Held(f"{before}; pulling it again", failed=True)
+    return Held(f"{before}{imagepulls.RETRYING}", failed=True)
 
 
 @dataclass(frozen=True, slots=True)

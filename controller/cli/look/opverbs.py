@@ -258,7 +258,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         lines += filter(None, notes)  # this node's share of a fleet
         lines += [f"note: {n}" for n in unread]
         print("\n".join([*lines, *_against(cfg)]))
-    if errors or blocked:  # what would make `--once` exit 1
+    if errors or blocked or planview.never_pulled(found):  # what would make `--once` exit 1
         return EXIT_FAIL
     return EXIT_CHANGES if pending else EXIT_OK
 

@@ -45,7 +45,7 @@ from controller.core.manifest.names import (
 )
 from controller.core.manifest.names import replica_of as index_of
 from controller.core.state import Record
-from controller.redact import PARTIAL, printable_bytes
+from controller.redact import PARTIAL, printable, printable_bytes
 from controller.store.config.node import Config
 from controller.store.instances import logfiles
 from controller.store.instances.records import RecordStore
@@ -285,7 +285,9 @@ class ContainerLog(LocalLog):
     def lines(self, tail: int | None) -> Iterator[bytes]:
         earlier = runtimelog.before_run(self.path, self.nonce)
         said = runtimelog.so_far(self.argv) if self.argv and earlier is not None else None
-        if earlier is None or said is None:  # not this run's marker, or the container gone
+        if isinstance(said, str) and self.argv:  # the runtime did not give it: say so
+            print(printable(runtimelog.unread(self.name, self.argv, said)), file=sys.stderr)
+        if earlier is None or not isinstance(said, bytes):  # another run's marker, or unread
             self.argv = None
             return super().lines(tail)
         self._mark, self._shown = logfiles.mark(self.path), len(said)  # the file goes on there

@@ -33,8 +33,9 @@ def before_run(path: Path, nonce: str) -> list[bytes] | None:
     return [line for run in before for line in run] + [current[0]]
 
 
-def so_far(argv: list[str]) -> bytes | None:
-    """The container's output so far, as the runtime keeps it (None: it is gone)."""
+def so_far(argv: list[str]) -> bytes | str:
+    """The container's output so far, as the runtime keeps it; else why it has none (the
+    runtime's words: gone, or the runtime does not answer)."""
     try:
         done = subprocess.run(
             argv,
@@ -43,9 +44,24 @@ def so_far(argv: list[str]) -> bytes | None:
             stderr=subprocess.STDOUT,  # the engine's stderr: one stream, as in the file
             timeout=CALL_TIMEOUT,
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    except subprocess.TimeoutExpired:
+        return f"no answer in {CALL_TIMEOUT:.0f} s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if done.returncode == 0:
+        return done.stdout
+    said = done.stdout.decode(errors="replace").strip().splitlines()  # its error, last
+    return said[-1] if said else f"exit {done.returncode}"
+
+
+def unread(name: str, argv: list[str], why: str) -> str:
+    """What `logs` says where the runtime's log of a container engine whose `run` ended
+    cannot be read: the file alone is shown, which stops where that `run` ended (its
+    shell's `Killed` last), though the engine may write on. It said nothing of it."""
+    return (
+        f"reconcile: {name}: `{' '.join(argv)}`: {why}: what the engine wrote since its "
+        "container's `run` ended is not shown (the log file stops there)"
+    )
 
 
 def follow(

@@ -19,6 +19,7 @@ from controller.backends.base import CommandLine
 from controller.core.actions import (
     Action,
     Conflict,
+    Fetch,
     Hold,
     HoldChange,
     MarkReady,
@@ -32,6 +33,7 @@ from controller.core.actions import (
     Replace,
     Update,
 )
+from controller.core.imagepulls import NEVER
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.sources import Source
 from controller.core.plan import Desired, is_turn
@@ -262,6 +264,19 @@ def blocked(found: Sequence[Change]) -> list[Change]:
     device is none: `--once` exits 0 on it, as the next pass starts it."""
     waits = [c for c in found if c.kind == "wait" and not is_turn(c.reason)]
     return waits + [c for c in found if c.action == Preempt.verb]
+
+
+def never_pulled(found: Sequence[Change]) -> list[Change]:
+    """A start, or a replace's new engine, whose image the node lacks and pullPolicy Never
+    will not pull: the pass leaves it Pending, or keeps the engine it would replace, and
+    `--once` exits 1, so `plan` does too (it exited 2: changes pending)."""
+    fetch = f"({Fetch.verb}: "
+    return [
+        c
+        for c in found
+        if (c.action == Fetch.verb and NEVER in c.reason)
+        or (c.placed is not None and fetch in c.placed and NEVER in c.placed)
+    ]
 
 
 def summary(found: Sequence[Change]) -> dict[Kind, int]:

@@ -104,6 +104,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
     deadline = time.monotonic() + timeout
     aside = SetAside()
     restarts: dict[str, int] = {}  # each deployment's restarts before the wait's passes
+    retried: set[str] = set()  # engines kept whose new image's pull this wait saw retried
     while True:
         result = reconciler.run_pass()
         ctrl_c.check()
@@ -123,6 +124,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
         # on by itself for good.
         looping = _looping(result, restarts)
         looping |= _pull_failed(result, restarts)
+        looping |= _kept_for_good(result, retried)
         looping |= pulling.failing(result.ours(), result.pulls, result.sources)
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
         stuck = printable(stuck)  # engines' words: shown in a terminal, never acted on
@@ -255,6 +257,20 @@ def _pull_failed(result: PassResult, restarts: dict[str, int]) -> dict[str, str]
         retried = rec.restarts > restarts.get(rec.name, rec.restarts)
         if retried or imagepulls.final(rec.message):
             out[rec.name] = f"{rec.name}: {backoff_cause(rec.message)}"
+    return out
+
+
+def _kept_for_good(result: PassResult, retried: set[str]) -> dict[str, str]:
+    """Engines kept serving because their new spec's image did not pull: name -> why, as
+    ``_pull_failed`` judges a start's (at once where no retry fixes it or Never forbids a
+    pull, else once the retry failed too). The wait sat out its timeout on them: their
+    record is Ready on the old spec, with no back-off to read."""
+    out = {}
+    for name, why in result.held.items():
+        if why.endswith(imagepulls.RETRYING):
+            retried.add(name)
+        elif imagepulls.kept_for_good(why, name in retried):
+            out[name] = f"{name}: {why}"
     return out
 
 
