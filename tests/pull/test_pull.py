@@ -105,6 +105,26 @@ def test_missing_file_says_what_to_check(tmp_path: Path) -> None:
     assert "check source.url" in result["message"]
 
 
+def test_a_url_with_user_and_password_is_pulled_with_basic_auth(tmp_path: Path) -> None:
+    """As curl (the exported initContainer) and wget do; urllib alone took
+    ``user:password@127.0.0.1`` for the host ("Name or service not known")."""
+    with serving({"tiny.gguf": DATA}, auth="puller:pass word") as server:
+        url = server.url("tiny.gguf").replace("://", "://puller:pass%20word@")
+        job = url_job(tmp_path, url)
+        assert worker.run(job) == 0, entry_of(job).result()
+    assert (entry_of(job).folder / "tiny.gguf").read_bytes() == DATA
+
+
+def test_a_wrong_password_is_a_401_saying_where_credentials_go(tmp_path: Path) -> None:
+    with serving({"tiny.gguf": DATA}, auth="puller:right") as server:
+        job = url_job(tmp_path, server.url("tiny.gguf").replace("://", "://puller:wrong@"))
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None and "HTTP 401" in result["message"]
+    assert "as user:password@ before its host" in result["message"]
+    assert "wrong" not in result["message"]
+
+
 def test_a_stall_is_an_error_naming_the_wait(tmp_path: Path) -> None:
     with serving({"tiny.gguf": DATA}, hold=MB) as server:
         job = url_job(tmp_path, server.url("tiny.gguf"), stall_seconds=0.5)
