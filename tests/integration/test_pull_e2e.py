@@ -111,6 +111,22 @@ def test_status_between_passes_says_the_pull_failed_not_pulling_at_0(
     reconcile.down()
 
 
+def test_down_says_a_pulls_download_goes_on(reconcile: Any, cache: Path) -> None:
+    """A pull outlives `down` (the cache is shared, the next pass finds it done); a trial's
+    `down` said `removed s (Pulling: nothing running)` while its download went on."""
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        write(reconcile, "web", server)
+        reconcile.once()
+        reconcile.wait_for(lambda: server.sent >= MB, what="the pull under way")
+        said = reconcile("down").out
+        assert "removed web (Pulling: no engine ran; its download goes on" in said, said
+        assert "nothing running" not in said
+        server.release()
+        entry = CacheEntry.of(cache, KEY)
+        reconcile.wait_for(lambda: entry.model_path() is not None, what="the pull's end")
+    reconcile.wait_for(lambda: not launch.running(cache), what="the pull process's end")
+
+
 def test_events_and_describe_say_why_a_pull_failed(reconcile: Any, cache: Path) -> None:
     """The journal keeps the failure's words apart (``error``); the text views showed
     `failed  <url>` alone, so `events` never said it was the digest (or a 404)."""
