@@ -8,7 +8,8 @@ would to a mirror or to huggingface.co.
 ``HEAD``, counts the bytes it sent and the Range headers it saw; ``cut_after`` makes it
 drop the first connection after that many bytes, ``hold`` makes it stop sending after
 that many bytes until released (a pull that is mid-way for as long as the test wants);
-``auth="user:password"`` answers 401 to a GET or HEAD without that Basic auth.
+``auth="user:password"`` answers 401 to a GET or HEAD without that Basic auth
+(``authorizations``: the header of each request, None where it had none).
 
 ``HubServer`` answers what ``huggingface_hub``'s ``snapshot_download`` asks, with
 ``HF_ENDPOINT`` pointed at it: ``GET /api/models/{repo}/revision/{rev}`` (the commit),
@@ -52,6 +53,7 @@ class FileServer:
     ) -> None:
         self.files = files
         self.auth = None if auth is None else "Basic " + base64.b64encode(auth.encode()).decode()
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self.cut_after = cut_after
         self.hold_at = hold
         self.released = threading.Event()
@@ -83,6 +85,7 @@ class FileServer:
         return Handler
 
     def _let_in(self, handler: BaseHTTPRequestHandler) -> bool:
+        self.authorizations.append(handler.headers.get("Authorization"))
         if self.auth is None or handler.headers.get("Authorization") == self.auth:
             return True
         handler.send_response(401)

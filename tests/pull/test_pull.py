@@ -12,6 +12,7 @@ import threading
 from collections import namedtuple
 from collections.abc import Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,33 @@ def test_a_url_with_user_and_password_is_pulled_with_basic_auth(tmp_path: Path) 
         job = url_job(tmp_path, url)
         assert worker.run(job) == 0, entry_of(job).result()
     assert (entry_of(job).folder / "tiny.gguf").read_bytes() == DATA
+
+
+def test_a_urls_credentials_are_not_sent_on_to_a_redirects_host(tmp_path: Path) -> None:
+    """A mirror that redirects to a CDN (a pre-signed URL) must not be handed the
+    password: the header is the first host's alone, as curl's --location does."""
+    with serving({"tiny.gguf": DATA}) as cdn:
+
+        class Redirect(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", cdn.url("tiny.gguf"))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        mirror = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+        threading.Thread(target=mirror.serve_forever, daemon=True).start()
+        try:
+            port = mirror.server_address[1]
+            job = url_job(tmp_path, f"http://puller:hunter2@127.0.0.1:{port}/tiny.gguf")
+            assert worker.run(job) == 0, entry_of(job).result()
+        finally:
+            mirror.shutdown()
+            mirror.server_close()
+        assert cdn.authorizations == [None]
 
 
 def test_a_wrong_password_is_a_401_saying_where_credentials_go(tmp_path: Path) -> None:
