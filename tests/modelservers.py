@@ -7,7 +7,9 @@ would to a mirror or to huggingface.co.
 ``FileServer`` serves named byte strings with ``Range`` (206, Content-Range) and
 ``HEAD``, counts the bytes it sent and the Range headers it saw; ``cut_after`` makes it
 drop the first connection after that many bytes, ``hold`` makes it stop sending after
-that many bytes until released (a pull that is mid-way for as long as the test wants).
+that many bytes until released (a pull that is mid-way for as long as the test wants);
+``auth="user:password"`` answers 401 to a GET or HEAD without that Basic auth
+(``authorizations``: the header of each request, None where it had none).
 
 ``HubServer`` answers what ``huggingface_hub``'s ``snapshot_download`` asks, with
 ``HF_ENDPOINT`` pointed at it: ``GET /api/models/{repo}/revision/{rev}`` (the commit),
@@ -18,6 +20,7 @@ that many bytes until released (a pull that is mid-way for as long as the test w
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -41,9 +44,16 @@ class _Quiet(BaseHTTPRequestHandler):
 
 class FileServer:
     def __init__(
-        self, files: dict[str, bytes], *, cut_after: int | None = None, hold: int | None = None
+        self,
+        files: dict[str, bytes],
+        *,
+        cut_after: int | None = None,
+        hold: int | None = None,
+        auth: str | None = None,
     ) -> None:
         self.files = files
+        self.auth = None if auth is None else "Basic " + base64.b64encode(auth.encode()).decode()
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self.cut_after = cut_after
         self.hold_at = hold
         self.released = threading.Event()
@@ -65,12 +75,24 @@ class FileServer:
 
         class Handler(_Quiet):
             def do_GET(self) -> None:
-                server._serve(self)
+                if server._let_in(self):
+                    server._serve(self)
 
             def do_HEAD(self) -> None:
-                server._head(self)
+                if server._let_in(self):
+                    server._head(self)
 
         return Handler
+
+    def _let_in(self, handler: BaseHTTPRequestHandler) -> bool:
+        self.authorizations.append(handler.headers.get("Authorization"))
+        if self.auth is None or handler.headers.get("Authorization") == self.auth:
+            return True
+        handler.send_response(401)
+        handler.send_header("WWW-Authenticate", 'Basic realm="models"')
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return False
 
     def _head(self, handler: BaseHTTPRequestHandler) -> None:
         """What ``plan`` asks before a pull: the size, no body (and no request counted)."""

@@ -20,18 +20,14 @@ from controller.core.devices.capacity import Limits
 from controller.core.devices.inventory import Inventory
 from controller.core.planner.context import EMPTIED, Context, Desired, Roll, Want
 from controller.core.planner.ledger import PlanLedger
-from controller.core.planner.lifecycle import (
-    BACKOFF_RESET,
-    backoff,
-    restarts_after,
-)
+from controller.core.planner.lifecycle import BACKOFF_RESET, restarts_after
 from controller.core.planner.placing import place_wanted
 from controller.core.planner.preemption import PREEMPTED, PREEMPTIBLE
 from controller.core.planner.pulling import gate
 from controller.core.planner.records import IN_PLACE, RESTARTED, judge, leader_of, rekeyed
 from controller.core.planner.rolling import rolls
 from controller.core.planner.turns import is_turn, restarts_in_turn, waits_turn
-from controller.core.state import BACKOFF_FIRST, BACKOFF_MAX, Observed
+from controller.core.state import BACKOFF_FIRST, BACKOFF_MAX, Observed, backoff
 
 __all__ = [
     "BACKOFF_FIRST",

@@ -71,6 +71,14 @@ BACKOFF_FIRST = 10.0
 BACKOFF_MAX = 300.0
 
 
+def backoff(restarts: int) -> float:
+    """Delay before restart number ``restarts + 1``: 0, 10, 20, 40 ... 300 s (a failed
+    pull's retry too: ``status`` reads its due time without the planner)."""
+    if restarts <= 0:
+        return 0.0
+    return float(min(BACKOFF_FIRST * 2.0 ** (restarts - 1), BACKOFF_MAX))
+
+
 def backoff_cause(message: str) -> str:
     """A BackOff record's message without its "; restart in 20s" (why it backs off)."""
     return _RESTART_WHEN.sub("", message)

@@ -6,17 +6,20 @@ pull must not: a redirect to another scheme (urllib follows ``ftp://``) is refus
 a ranged answer must start at the byte asked for (a ``206`` from elsewhere appended to
 the partial file would corrupt it; one from byte 0 is the whole file: start over).
 Messages name the source's URL as ``where`` (secrets redacted), never a redirect's
-target in full (a pre-signed URL carries its signature).
+target in full (a pre-signed URL carries its signature). A URL's ``user:password@`` is
+sent as Basic auth, as curl (the exported initContainer) and wget do: urllib would read it
+as part of the host; the header stays with that host (not sent on to a redirect's).
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import urllib.error
 import urllib.request
-from http.client import HTTPMessage, HTTPResponse
+from http.client import HTTPException, HTTPMessage, HTTPResponse
 from typing import IO
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from controller.pull.job import PullError, stalled
 from controller.redact import redact_url
@@ -24,7 +27,7 @@ from controller.redact import redact_url
 CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 SCHEMES = ("http", "https")
 HINTS = {
-    401: "the server wants credentials: use a URL that needs none",
+    401: "the server wants credentials: give them in source.url, as user:password@ before its host",
     403: "the server refuses it: check the URL and its access rights",
     404: "nothing there: check source.url",
 }
@@ -57,12 +60,27 @@ class _HttpOnly(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_HttpOnly)  # the defaults, with this redirect rule
 
 
+def request_for(url: str, method: str = "GET") -> urllib.request.Request:
+    """The request for ``url``, its ``user:password@`` (if any) a Basic auth header."""
+    parts = urlsplit(url)
+    headers = {"User-Agent": "reconcile", "Accept-Encoding": "identity"}
+    if "@" not in parts.netloc:
+        return urllib.request.Request(url, headers=headers, method=method)
+    userinfo, _, host = parts.netloc.rpartition("@")
+    bare = urlunsplit(parts._replace(netloc=host))
+    request = urllib.request.Request(bare, headers=headers, method=method)
+    user, _, password = userinfo.partition(":")
+    pair = f"{unquote(user)}:{unquote(password)}".encode()
+    basic = f"Basic {base64.b64encode(pair).decode('ascii')}"
+    request.add_unredirected_header("Authorization", basic)
+    return request
+
+
 def open_at(url: str, where: str, have: int, stall: float) -> HTTPResponse | None:
     """The response to read; None when the partial file is already whole (416)."""
-    headers = {"User-Agent": "reconcile", "Accept-Encoding": "identity"}
+    request = request_for(url)
     if have:
-        headers["Range"] = f"bytes={have}-"
-    request = urllib.request.Request(url, headers=headers)
+        request.add_header("Range", f"bytes={have}-")
     try:
         response: HTTPResponse = _OPENER.open(request, timeout=stall)
     except _Elsewhere as exc:
@@ -79,6 +97,8 @@ def open_at(url: str, where: str, have: int, stall: float) -> HTTPResponse | Non
         raise PullError("http", f"{where}: HTTP {exc.code} {exc.reason}: {hint}") from None
     except TimeoutError:
         raise stalled(where, stall) from None
+    except HTTPException as exc:  # InvalidURL (`host:port` not a number) and its kin
+        raise PullError("http", f"{where}: {redact_url(str(exc))}: check source.url") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, TimeoutError):

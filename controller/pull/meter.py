@@ -45,6 +45,17 @@ class ProgressMeter:
             self.total = total
         self.flush(force=known)  # the first sight of the total is shown at once
 
+    def start_at(self, done: int, total: int | None) -> None:
+        """Where this download's body starts (a resume's partial, else 0), and the size:
+        shown at once, but not counted in the rate. Those bytes came before this
+        process, so a resume from 8 MB read at first as 400 MB/s, ETA 0s."""
+        with self._lock:
+            self.done = done
+            if total is not None:
+                self.total = total
+            self._samples.clear()
+            self._flush(force=True)
+
     def restart_from(self, done: int) -> None:
         """A failed pull: the bytes a retry starts from, written at once (its rate none)."""
         with self._lock:

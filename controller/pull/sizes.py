@@ -27,14 +27,14 @@ def _head(url: str, timeout: float) -> int | None:
     # `plan` with no URL source (most) would pay for nothing.
     import urllib.error
     import urllib.request
+    from http.client import HTTPException
 
-    request = urllib.request.Request(
-        url, method="HEAD", headers={"User-Agent": "reconcile", "Accept-Encoding": "identity"}
-    )
+    from controller.pull.httpget import request_for  # the pull's own: credentials too
+
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request_for(url, "HEAD"), timeout=timeout) as response:
             length = response.headers.get("Content-Length")
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, HTTPException):  # InvalidURL...
         return None
     return int(length) if length and length.isdigit() else None
 

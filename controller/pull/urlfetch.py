@@ -142,7 +142,7 @@ def _receive(
     if total is not None:
         sink.check_space(total - offset)
     bound, why = _bound(total, sink.bounds)
-    meter.set(offset, total)
+    meter.start_at(offset, total)
     try:
         with sink.partial.open("ab" if offset else "wb") as out:
             offset = _copy(response, out, offset, sink, bound, why, meter=meter, h=h)

@@ -107,6 +107,34 @@ def test_a_url_pull_needs_no_secret() -> None:
     assert "envFrom" not in init and "env" not in init
 
 
+def test_a_urls_password_and_token_stay_out_of_the_export_and_its_pods_log(
+    tmp_path: Path,
+) -> None:
+    """A trial exported `https://user:pw@host/tiny.gguf?token=...` in clear in the
+    initContainer's args (anyone who may read the Deployment reads it) and its log line.
+    The pod reads it from the Secret tiny-source (key url); the args and messages show it
+    redacted. Run here with curl, the Secret's file given as the pod would get it."""
+    with serving({"tiny.gguf": DATA}, auth="puller:hunter2") as server:
+        url = server.url("tiny.gguf").replace("://", "://puller:hunter2@") + "?token=tok999"
+        exported = export(llama({"url": url, "sha256": DIGEST}))
+        text = repr([exported.objects, [n.message for n in exported.notes]])
+        assert "hunter2" not in text and "tok999" not in text
+        (init,) = pod(llama({"url": url, "sha256": DIGEST}))["initContainers"]
+        (variable,) = init["env"]
+        assert variable == {
+            "name": "SOURCE_URL",
+            "valueFrom": {"secretKeyRef": {"name": "tiny-source", "key": "url"}},
+        }
+        (note,) = exported.notes
+        assert "--from-file=url=FILE" in note.message and "tiny-source" in note.message
+        done = run_init(init, tmp_path, SOURCE_URL=url + "\n")  # a file's newline
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "tiny.gguf").read_bytes() == DATA
+        assert "hunter2" not in done.stdout + done.stderr and "<redacted>" in done.stdout
+    for obj in exported.objects:
+        kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)
+
+
 def test_export_says_how_the_pull_runs() -> None:
     (note,) = export(llama(HUB)).notes
     assert note.field == ("spec", "source")

@@ -91,6 +91,42 @@ def test_a_wrong_sha256_never_reaches_the_engine(reconcile: Any, cache: Path) ->
     reconcile.down()
 
 
+def test_status_between_passes_says_the_pull_failed_not_pulling_at_0(
+    reconcile: Any, cache: Path
+) -> None:
+    """From cron, the next pass may be minutes away: a trial's `status` showed a wrong
+    sha256's ended pull as `Pulling 0.0/30.0 MB` (its last figure) until then."""
+    with serving({"tiny.gguf": DATA}) as server:
+        write(reconcile, "web", server, digest="0" * 64)
+        reconcile.once()
+        entry = CacheEntry.of(cache, f"sha256-{'0' * 64}")
+        reconcile.wait_for(
+            lambda: entry.result() is not None and not entry.busy(), what="the pull's end"
+        )
+    text = reconcile("status", "web").out
+    message = reconcile.status("web", cli=True)["web"]["message"]
+    assert message.startswith("pull failed: ") and "retry at" in message, message
+    assert DIGEST in message and "0" * 64 in message
+    assert "pull failed" in text and "Pulling 0" not in text, text
+    reconcile.down()
+
+
+def test_down_says_a_pulls_download_goes_on(reconcile: Any, cache: Path) -> None:
+    """A pull outlives `down` (the cache is shared, the next pass finds it done); a trial's
+    `down` said `removed s (Pulling: nothing running)` while its download went on."""
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        write(reconcile, "web", server)
+        reconcile.once()
+        reconcile.wait_for(lambda: server.sent >= MB, what="the pull under way")
+        said = reconcile("down").out
+        assert "removed web (Pulling: no engine ran; its download goes on" in said, said
+        assert "nothing running" not in said
+        server.release()
+        entry = CacheEntry.of(cache, KEY)
+        reconcile.wait_for(lambda: entry.model_path() is not None, what="the pull's end")
+    reconcile.wait_for(lambda: not launch.running(cache), what="the pull process's end")
+
+
 def test_events_and_describe_say_why_a_pull_failed(reconcile: Any, cache: Path) -> None:
     """The journal keeps the failure's words apart (``error``); the text views showed
     `failed  <url>` alone, so `events` never said it was the digest (or a 404)."""

@@ -54,6 +54,23 @@ def test_plan_says_unknown_size_when_the_server_does_not_answer(reconcile: Any) 
     assert pull_change(reconcile)["download"] == {"bytes": None}
 
 
+def test_plan_asks_with_the_urls_credentials_and_never_shows_them(reconcile: Any) -> None:
+    """``https://user:password@host/file`` is Basic auth, as for curl and wget: plan's HEAD
+    sends it (urllib alone read ``user:password@host`` as the host). A trial's URL with
+    no port made plan a traceback (``nonnumeric port: 'password@host'``) printing it."""
+    with serving({"tiny.gguf": DATA}, auth="puller:hunter2 x") as server:
+        url = server.url("tiny.gguf").replace("://", "://puller:hunter2%20x@")
+        reconcile.write("web", source={"url": url, "sha256": DIGEST})
+        done = reconcile("plan", check=2)
+    assert "(2.1 MB to download)" in done.out, done.out
+    portless = "http://puller:hunter2@127.0.0.1/tiny.gguf"  # port 80: nothing answers
+    reconcile.write("web", source={"url": portless, "sha256": DIGEST})
+    again = reconcile("plan", check=2)
+    assert "(unknown size)" in again.out
+    for said in (done.out, done.err, again.out, again.err):
+        assert "hunter2" not in said and "Traceback" not in said, said
+
+
 def test_plan_asks_the_hub_for_the_chosen_files_sizes(reconcile: Any, tmp_path: Path) -> None:
     files = {"model-q4_k_m.gguf": os.urandom(MB), "model-f16.gguf": os.urandom(3 * MB)}
     with HubServer("acme/tiny", files) as hub:

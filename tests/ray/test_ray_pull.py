@@ -22,7 +22,7 @@ from procs import alive, wait_for
 from rayhelp import engines_gone, ours, ray
 
 from controller.backends.ray import pullactor
-from controller.core.planner.lifecycle import backoff
+from controller.core.state import backoff
 from controller.store.models import modelcache
 
 GPU = {"count": 1, "kind": "nvidia"}

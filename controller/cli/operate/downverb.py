@@ -14,11 +14,12 @@ import argparse
 import sys
 from collections import defaultdict
 from collections.abc import Mapping
+from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, no_such, selected
 from controller.cli.common import reconciler as build
 from controller.core.manifest.names import base_name
-from controller.core.state import EXITED, Record
+from controller.core.state import EXITED, Phase, Record
 from controller.store.config.node import Config
 
 
@@ -30,7 +31,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     before = reconciler.store.load().records  # to say what each one was
     stopped, kept = reconciler.down(chosen, strays=not (args.names or args.selector))
     for name in stopped:
-        print(_said(name, before.get(name)))
+        print(_said(name, before.get(name), reconciler.config.state_dir))
     for name, why in sorted(kept.items()):  # running still: never "stopped" (invariant 3)
         print(f"reconcile: {name}: {why}", file=sys.stderr)
     others = [r for r in reconciler.elsewhere() if chosen(r)]
@@ -91,15 +92,35 @@ def _undone_by_daemon(cfg: Config, labels: Mapping[str, str] | None, stopped: li
         )
 
 
-def _said(name: str, rec: Record | None) -> str:
+def _said(name: str, rec: Record | None, state_dir: Path) -> str:
     """What became of it: an engine stopped, or a record removed with nothing running
     (an engine that had ended: Failed, Succeeded, in BackOff; or nothing running: one that
-    never ran, or one preempted or parked since, so never "never ran")."""
+    never ran, or one preempted or parked since, so never "never ran"). A Pulling one's
+    download outlives `down` (the cache is shared): "nothing running" hid it going on."""
     if rec is not None and rec.phase in EXITED:
         return f"removed {name} ({rec.phase}: not running)"
     if rec is not None and not (rec.ref is not None or rec.holds):
+        if rec.phase is Phase.PULLING and _downloading(rec, state_dir):
+            return (
+                f"removed {name} (Pulling: no engine ran; its download goes on to finish "
+                "in the model cache: `reconcile models` lists it)"
+            )
         return f"removed {name} ({rec.phase}: nothing running)"
     return f"stopped {name}"
+
+
+def _downloading(rec: Record, state_dir: Path) -> bool:
+    """A local pull of the record's source holds its cache entry's lock now."""
+    from controller.core.pulls import key_of_document
+    from controller.store.models.modelcache import CacheEntry, cache_root
+
+    key = key_of_document(rec.stored_spec)
+    if key is None:
+        return False
+    try:
+        return CacheEntry.of(cache_root(state_dir), key).busy()
+    except (OSError, ValueError):  # a lock this user may not take, a key of another shape
+        return False
 
 
 def _nothing(owner: str, records: list[Record]) -> None:

@@ -211,6 +211,14 @@ def _source_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
     )
     if source.hugging_face is not None and "HF_TOKEN" not in spec.env:
         text += _token_note(deployment)
+    secret = exportpull.url_secret(deployment.name, source)
+    if secret is not None:
+        text += (
+            f"; source.url holds a password or token, so the pod reads it from the Secret "
+            f"{secret} (key url), which is not exported: create it from a file holding the "
+            f"URL alone (`kubectl create secret generic {secret} --from-file=url=FILE`), "
+            "never on the command line"
+        )
     return (ExportGap(("spec", "source"), text, droppable=False),)
 
 
@@ -710,7 +718,10 @@ def _pod(deployment: Deployment) -> Object:
         volumes.append({"name": name, "hostPath": {"path": host}})
     if spec.source is not None:  # the model, pulled before the engine starts
         secret = secret_name(deployment.name) if spec.env_from else None
-        pull = exportpull.init_container(spec.source, spec.env, env_secret=secret)
+        url_from = exportpull.url_secret(deployment.name, spec.source)
+        pull = exportpull.init_container(
+            spec.source, spec.env, env_secret=secret, url_from=url_from
+        )
         pod["initContainers"] = [pull]
         volumes.append(exportpull.volume())
     if volumes:

@@ -28,6 +28,7 @@ from typing import Any
 
 from controller.core.manifest.sources import Source
 from controller.core.pulls import file_name
+from controller.redact import redact_url
 
 Object = dict[str, Any]
 
@@ -41,20 +42,24 @@ HUB_CLIENT = "huggingface_hub==2.4.0"  # the version reconcile's own pulls are t
 TOKEN_SECRET = "hf-token"  # optional: a gated or private repo needs it
 STALL_SECONDS = 60
 
+# $2 is the URL as messages show it (a password or token redacted); the URL itself then
+# comes from the Secret in SOURCE_URL (a file's trailing newline dropped), so neither the
+# Deployment object nor the pod's log holds it.
 URL_SCRIPT = f"""set -eu
-dir=$1 url=$2 file=$3 want=$4
+dir=$1 where=$2 file=$3 want=$4
+url=$(printf '%s' "${{SOURCE_URL:-$where}}" | tr -d '\r\n')
 [ -f "$dir/$file" ] && exit 0
 curl --fail --location --silent --show-error --retry 5 --retry-delay 10 \\
   --speed-limit 1 --speed-time {STALL_SECONDS} --continue-at - \\
   --output "$dir/$file.partial" "$url"
 got=$(sha256sum "$dir/$file.partial" | cut -d ' ' -f 1)
 if [ "$got" != "$want" ]; then
-  echo "$url: the file's sha256 is $got, source.sha256 says $want: discarded" >&2
+  echo "$where: the file's sha256 is $got, source.sha256 says $want: discarded" >&2
   rm -f "$dir/$file.partial"
   exit 1
 fi
 mv "$dir/$file.partial" "$dir/$file"
-echo "pulled $url into $dir/$file (sha256 $got)"
+echo "pulled $where into $dir/$file (sha256 $got)"
 """
 
 HUB_SCRIPT = f"""import os, subprocess, sys
@@ -91,15 +96,32 @@ def model_path(source: Source, mount: str = MOUNT) -> str:
     return f"{mount}/model"
 
 
+def url_secret(name: str, source: Source) -> str | None:
+    """The Secret a URL holding a password or a token is read from (key ``url``), else
+    None: the URL in clear in the Deployment would show it to whoever may read that."""
+    if source.url is None or redact_url(source.url) == source.url:
+        return None
+    return f"{name}-source"
+
+
 def init_container(
-    source: Source, env: dict[str, str], *, env_secret: str | None = None, mount: str = MOUNT
+    source: Source,
+    env: dict[str, str],
+    *,
+    env_secret: str | None = None,
+    url_from: str | None = None,
+    mount: str = MOUNT,
 ) -> Object:
     """The initContainer that fills ``mount`` with ``source``'s files. ``env_secret`` is
     the Secret the engine's envFrom reads, if any: the pull gets the same (a gated repo's
-    HF_TOKEN in the env file reaches the download as it reaches the engine)."""
+    HF_TOKEN in the env file reaches the download as it reaches the engine); ``url_from``
+    the Secret that holds the URL (:func:`url_secret`)."""
     container: Object = {"name": CONTAINER, **_program(source, mount)}
     hub = source.hugging_face is not None
     variables = _env(env, token_secret=env_secret is None) if hub else []
+    if url_from is not None:
+        ref = {"name": url_from, "key": "url"}
+        variables.append({"name": "SOURCE_URL", "valueFrom": {"secretKeyRef": ref}})
     if variables:
         container["env"] = variables
     if hub and env_secret is not None:
@@ -120,7 +142,7 @@ def _program(source: Source, mount: str) -> Object:
     if source.url is not None:
         assert source.sha256 is not None
         name = file_name(source.url)
-        args = [URL_SCRIPT, CONTAINER, mount, source.url, name, source.sha256]
+        args = [URL_SCRIPT, CONTAINER, mount, redact_url(source.url), name, source.sha256]
         return {"image": CURL_IMAGE, "command": ["sh", "-c"], "args": args}
     hub = source.hugging_face
     assert hub is not None

@@ -24,11 +24,10 @@ from controller.core.elapsed import elapsed
 from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context, Judged, Want
 from controller.core.state import (
-    BACKOFF_FIRST,
-    BACKOFF_MAX,
     Phase,
     Record,
     RecordView,
+    backoff,
     backoff_cause,
 )
 
@@ -39,13 +38,6 @@ CLOCK_SLACK = 1.0  # seconds a back-off may seem longer than its length (roundin
 def restarts_after(policy: str, code: int | None) -> bool:
     """Whether ``restartPolicy`` restarts an engine that exited with ``code`` (None: unknown)."""
     return policy == "Always" or (policy == "OnFailure" and code != 0)
-
-
-def backoff(restarts: int) -> float:
-    """Delay before restart number ``restarts + 1``: 0, 10, 20, 40 ... 300 s."""
-    if restarts <= 0:
-        return 0.0
-    return float(min(BACKOFF_FIRST * 2.0 ** (restarts - 1), BACKOFF_MAX))
 
 
 def lifecycle(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:

@@ -21,8 +21,8 @@ from controller.core.actions import Fetch, Hold, Pull, Replace
 from controller.core.manifest.names import replica_of
 from controller.core.manifest.specs import Entry, next_name
 from controller.core.planner.context import Context, Gated, Judged, Prefetch, Roll, Want
-from controller.core.planner.lifecycle import backoff
 from controller.core.pulls import PullView, progress_text, size_text
+from controller.core.state import backoff
 
 
 def gate(ctx: Context, judged: list[Judged]) -> list[Gated]:
