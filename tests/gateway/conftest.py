@@ -19,16 +19,18 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import warmcli
-from clients import Held
 from procs import GATEWAY_MARKER, free_ports, kill_marked, marked_pids
 
 from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.app import Gateway as InProcess
 from controller.gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from clients import Held  # tests/gateway's own module: imported where a test uses it
 
 WAIT = 30.0
 
@@ -204,7 +206,10 @@ def gateway(reconcile: Any) -> Iterator[Gateways]:
 @pytest.fixture
 def held(reconcile: Any) -> Iterator[Held]:
     """Streams held until released (clients.Held); released at teardown too, so a test
-    that failed first leaves no drain waiting on them."""
+    that failed first leaves no drain waiting on them. Imported here, not at the top:
+    tests/ui's conftest imports this one, and tests/ui run alone has no `clients`."""
+    from clients import Held
+
     hold = Held(reconcile.tmp)
     yield hold
     hold.release()
