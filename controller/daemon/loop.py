@@ -200,6 +200,12 @@ class Daemon:
             signal.signal(sig, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGUSR1, self._on_usr1)
+        # The kernel hands a process's signal to any thread not blocking it (the watch's,
+        # the webhooks'), and Python runs the handler only once the main thread runs: idle
+        # in its select, it never woke (a SIGTERM went unheard for the hour to the resync).
+        # Each signal also writes its number here, whichever thread took it: the select
+        # wakes, and the handler runs first (Python marks it before it writes).
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         self.folders.start()
         # Read now, the configuration a daemon before this one refused at a SIGHUP is moot.
         refused.clear(self.config.state_dir, refused.NODE_CONFIG)
@@ -725,6 +731,7 @@ class Daemon:
         self.exits.close()
         self.liveness.close()
         self.selector.close()
+        signal.set_wakeup_fd(-1)  # before its close: no signal writes to a reused number
         os.close(self._wake_r)
         os.close(self._wake_w)
         log.info("daemon stopped; engines left running", passes=self.passes)

@@ -16,14 +16,12 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from controller.core.state import Phase, ProbeResult, RecordView
 from controller.host.probes import ProbeTarget, probe, probe_many
 from controller.reconciler.probekeys import Keys, no_keys
 
-WORKERS = 16
 News = Callable[[bool], None]  # called from a worker: True when a pass should count it
 
 
@@ -52,7 +50,7 @@ class LivenessProber:
         self.clock = clock
         self._slots: dict[str, _Slot] = {}
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False  # the daemon is ending: no probe starts, no answer is news
         self._probed: set[str] = set()  # --once: probed in this pass (nonces)
         self.owner: str | None = None  # whose records it probes (another set's: not ours)
 
@@ -93,8 +91,13 @@ class LivenessProber:
         slot.due = now + slot.target.config.period_seconds
 
     def _submit(self, name: str, slot: _Slot) -> None:
-        future = self._workers().submit(probe, slot.target)
-        future.add_done_callback(functools.partial(self._answered, name, slot))
+        """The probe on a daemon thread of its own (one per engine at most: its slot runs
+        one at a time), never a pool's worker: an interpreter joins those as it exits, and
+        a probe of a hung engine held the daemon's exit after its SIGTERM for the probe's
+        whole timeout (up to an hour)."""
+        if not self._closed:
+            run = functools.partial(self._probe, name, slot)
+            threading.Thread(target=run, name=f"liveness {name}", daemon=True).start()
 
     def next_due(self) -> float | None:
         """Seconds until the next probe starts (None: nothing to probe, or all running)."""
@@ -103,8 +106,8 @@ class LivenessProber:
         return None if not waiting else max(min(waiting) - self.clock(), 0.0)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        """No probe starts from now; one in flight ends unheard (its thread dies with us)."""
+        self._closed = True
 
     # -- inside ---------------------------------------------------------------------
 
@@ -140,11 +143,14 @@ class LivenessProber:
                 self._probed.add(todo[name].nonce)
                 todo[name].answers.append(answer)
 
-    def _answered(self, name: str, slot: _Slot, future: Future[ProbeResult]) -> None:
+    def _probe(self, name: str, slot: _Slot) -> None:
         try:
-            answer = future.result()
+            answer = probe(slot.target)
         except Exception as exc:  # a probe bug must not end the watch of the engine
             answer = ProbeResult(False, f"probe failed: {exc}")
+        self._answered(name, slot, answer)
+
+    def _answered(self, name: str, slot: _Slot, answer: ProbeResult) -> None:
         now = self.clock()
         with self._lock:
             slot.running = False
@@ -157,13 +163,8 @@ class LivenessProber:
                 self._claim(slot, now)
         if again:  # next one now, from here: a pass in progress delays no probe
             self._submit(name, slot)
-        if self.on_answer is not None:
+        if self.on_answer is not None and not self._closed:  # closed: its wake-up pipe too
             self.on_answer(news)
-
-    def _workers(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="liveness")
-        return self._pool
 
 
 def _after_failure(slot: _Slot) -> bool:

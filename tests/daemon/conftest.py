@@ -71,10 +71,14 @@ class Daemon:
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         self.proc.send_signal(sig)
+        return self.ended(repr(sig))
+
+    def ended(self, after: str) -> int:
+        """Its exit code, once it has ended (``after`` what: a signal sent)."""
         try:
             return self.proc.wait(timeout=WAIT)
         except subprocess.TimeoutExpired:
-            said = f"daemon not ended {WAIT:.0f} s after {sig!r}; its threads (faulthandler)"
+            said = f"daemon not ended {WAIT:.0f} s after {after}; its threads (faulthandler)"
             raise AssertionError(f"{said}:\n{self.threads()}") from None
 
     def threads(self) -> str:

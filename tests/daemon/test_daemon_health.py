@@ -220,6 +220,38 @@ def test_a_hung_probe_never_holds_up_a_pass(reconcile: Any, daemon: Any, finish:
     finish(d)
 
 
+def test_a_probe_in_flight_never_holds_up_the_daemons_exit(reconcile: Any, daemon: Any) -> None:
+    """SIGTERM while a liveness probe waits on a stopped engine (its timeout: two minutes):
+    the daemon exits now. The probes ran on a thread pool's workers, which an interpreter
+    joins as it exits: the daemon's exit waited for the probe's timeout (up to an hour)."""
+    rc = reconcile
+    rc.write("stuck", livenessProbe={**LIVENESS, "timeoutSeconds": 120})
+    d = daemon()
+    pid = d.wait(lambda: ready_pid(rc, "stuck"), "stuck Ready")
+    port = int(rc.record("stuck")["port"])
+    os.kill(pid, signal.SIGSTOP)
+    try:  # a probe's connection waits in the stopped engine's accept queue
+        d.wait(lambda: _unaccepted(port), "a probe waiting on the stopped engine")
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.ended("SIGTERM, a probe in flight") == 0, d.tail()
+    finally:
+        _resume(pid)
+    rc.down()
+
+
+def _unaccepted(port: int) -> int:
+    """Connections waiting in the accept queue of the socket listening on ``port`` (a
+    listening socket's rx_queue in /proc/net/tcp)."""
+    waiting = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    waiting += int(fields[4].split(":")[1], 16)
+    return waiting
+
+
 # An engine whose GET /health answers 500 once the test writes ``<flag>.<its pid>``: a
 # failure at once, where a stopped engine's is the probe's whole timeout (5 s by default).
 SICKENS = """

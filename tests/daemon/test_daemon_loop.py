@@ -297,6 +297,32 @@ def test_sigterm_leaves_engines_running_and_a_new_daemon_adopts_them(
     finish(second)
 
 
+def test_a_sigterm_the_kernel_hands_to_another_thread_still_stops_the_daemon(
+    reconcile: Any, daemon: Any
+) -> None:
+    """A process's signal goes to any of its threads that does not block it (the main
+    one only while it has none pending), and Python runs the handler only when the main
+    thread next runs: idle in its select (no timer within the hour), it never did, and a
+    daemon given SIGTERM ran on (a CI run's test_a_deleted_file_goes_away, once: not
+    ended 30 s after it). ``kill`` with a thread's id makes that thread the one."""
+    rc = reconcile
+    d = started(rc, daemon, "idle")
+    d.wait(lambda: other_threads(d.pid), "a thread beside the daemon's main one")
+    thread = other_threads(d.pid)[0]  # the folder watch's, or the webhooks'
+    os.kill(thread, signal.SIGTERM)  # once: a second would reach the main thread
+    assert d.ended(f"SIGTERM to its thread {thread}") == 0, d.tail()
+    assert d.lines("daemon stopped; engines left running")
+    rc.down()
+
+
+def other_threads(pid: int) -> list[int]:
+    """The ids of ``pid``'s threads but its main one, oldest first."""
+    try:
+        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    except OSError:
+        return []
+
+
 def test_a_second_daemon_refuses_to_start(reconcile: Any, daemon: Any, finish: Any) -> None:
     rc = reconcile
     d = started(rc, daemon, "only")
