@@ -62,6 +62,12 @@ GIT_POINTS = {
     "git.pass.moved": "the pass moved the checkout and read it, nothing acted on yet",
 }
 
+# Reached only as the daemon ends: tests/daemon/test_daemon_loop.py stops it there and
+# sends it a second SIGTERM.
+DAEMON_POINTS = {
+    "daemon.shutdown.closed": "the daemon's wake-up pipe is closed, its exit not yet said",
+}
+
 # Reached only by a spec.container engine: tests/containers/test_container_lifecycle.py SIGKILLs the
 # pass at each of them (invariant 3 for containers: none left without a record, none doubled).
 CONTAINER_POINTS = {

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
+from controller import failpoints
 from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Conflict, Hold, HoldChange
@@ -316,6 +317,8 @@ class Daemon:
             self.timers.after(PROBES, due + SLACK)
 
     def _poke(self) -> None:
+        if self._wake_w < 0:  # closed: the daemon ends (a second SIGTERM, a late answer)
+            return
         with contextlib.suppress(BlockingIOError):  # full: the loop is awake anyway
             os.write(self._wake_w, b"!")
 
@@ -732,8 +735,12 @@ class Daemon:
         self.liveness.close()
         self.selector.close()
         signal.set_wakeup_fd(-1)  # before its close: no signal writes to a reused number
+        # Nor a handler: a second SIGTERM here wrote to the closed fd (EBADF: a traceback
+        # and exit 1), or to whatever file took its number since.
+        wake_w, self._wake_w = self._wake_w, -1
         os.close(self._wake_r)
-        os.close(self._wake_w)
+        os.close(wake_w)
+        failpoints.hit("daemon.shutdown.closed")
         log.info("daemon stopped; engines left running", passes=self.passes)
 
 

@@ -199,15 +199,7 @@ def test_logs_read_the_runtime_once_the_run_client_is_killed(rc: Reconcile, engi
     stopped at that moment. It reads the runtime's log of the container from there."""
     write(rc, engine, "box", command=TICKER)
     try:
-        rc.converge()
-        rec = running(rc, "box")
-        cid = rec["container"]["id"]  # type: ignore[index]
-        (rc_file,) = (rc.state / "run").glob("*.rc")
-        shell = psutil.Process(int(rc_file.read_text().split()[1]))  # `pid N`: the run's shell
-        rc.wait_for(lambda: "tick 2" in rc("logs", "box").out, 30, "two ticks")
-        (client,) = shell.children()
-        client.kill()  # the `run` alone: the container runs on
-        rc.wait_for(lambda: exit_status(rc_file) is not None, 30, "the run's exit status")
+        cid = _run_client_killed(rc)
         last = max(_ticks(rc.store().log_path("box").read_text()))
         rc.wait_for(lambda: last + 3 in _ticks(engine.cli("logs", cid)), 30, "ticks past the file")
         shown = rc("logs", "box", check=0).out
@@ -228,6 +220,20 @@ def test_logs_read_the_runtime_once_the_run_client_is_killed(rc: Reconcile, engi
         rc.down()
 
 
+def _run_client_killed(rc: Reconcile) -> str:
+    """``box`` (a ticker) up, then its runtime's `run` client killed once two ticks were
+    logged, the container running on; its id, once the run's exit status is written."""
+    rc.converge()
+    rec = running(rc, "box")
+    (rc_file,) = (rc.state / "run").glob("*.rc")
+    shell = psutil.Process(int(rc_file.read_text().split()[1]))  # `pid N`: the run's shell
+    rc.wait_for(lambda: "tick 2" in rc("logs", "box").out, 30, "two ticks")
+    (client,) = shell.children()
+    client.kill()  # the `run` alone: the container runs on
+    rc.wait_for(lambda: exit_status(rc_file) is not None, 30, "the run's exit status")
+    return str(rec["container"]["id"])  # type: ignore[index]
+
+
 def test_logs_say_when_the_runtimes_log_cannot_be_read(
     rc: Reconcile, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -239,15 +245,7 @@ def test_logs_say_when_the_runtimes_log_cannot_be_read(
     `Killed` of that shell's (the engine was not killed)."""
     write(rc, engine, "box", command=TICKER)
     try:
-        rc.converge()
-        rec = running(rc, "box")
-        cid = rec["container"]["id"]  # type: ignore[index]
-        (rc_file,) = (rc.state / "run").glob("*.rc")
-        shell = psutil.Process(int(rc_file.read_text().split()[1]))  # `pid N`: the run's shell
-        rc.wait_for(lambda: "tick 2" in rc("logs", "box").out, 30, "two ticks")
-        (client,) = shell.children()
-        client.kill()  # the `run` alone: the container runs on
-        rc.wait_for(lambda: exit_status(rc_file) is not None, 30, "the run's exit status")
+        cid = _run_client_killed(rc)
         written = rc.store().log_path("box").read_text()
         # the engine was not killed: its log says nothing of it (the `run`'s shell said
         # `Killed` there, before it wrote the status waited for above)

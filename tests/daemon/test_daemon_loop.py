@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.daemon.loop import DEBOUNCE, DEBOUNCE_MAX, SETTLE
+from controller.failpoints import ENV as FAILPOINTS
 from controller.store.config import accesstoken
 
 PYTHON = sys.executable
@@ -313,6 +314,33 @@ def test_a_sigterm_the_kernel_hands_to_another_thread_still_stops_the_daemon(
     assert d.ended(f"SIGTERM to its thread {thread}") == 0, d.tail()
     assert d.lines("daemon stopped; engines left running")
     rc.down()
+
+
+def test_a_second_sigterm_as_the_daemon_ends_is_no_traceback(reconcile: Any, daemon: Any) -> None:
+    """A SIGTERM that came once the daemon had closed its wake-up pipe (an impatient
+    operator, systemd's stop and a script's) ran the handler's write to the closed fd:
+    EBADF, a traceback and exit 1, or a byte written to whatever file had since taken the
+    fd's number. The daemon is stopped there (a failpoint), given the second SIGTERM,
+    and let go."""
+    rc = reconcile
+    d = started(rc, daemon, "idle", env={FAILPOINTS: "daemon.shutdown.closed=stop"})
+    d.proc.send_signal(signal.SIGTERM)
+    d.wait(lambda: _state(d.pid) == "T", "the daemon stopped at its closed wake-up pipe")
+    d.proc.send_signal(signal.SIGTERM)  # held while it is stopped: handled once continued
+    d.proc.send_signal(signal.SIGCONT)
+    assert d.ended("the second SIGTERM and SIGCONT") == 0, d.tail()
+    assert "Traceback" not in d.log.read_text(), d.tail()
+    assert d.lines("daemon stopped; engines left running")
+    rc.down()
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (``T``: stopped), or ``""`` once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[0]
 
 
 def other_threads(pid: int) -> list[int]:
