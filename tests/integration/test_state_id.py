@@ -10,7 +10,9 @@ naming the engines and the moves, and the state dir put back takes them up again
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -47,6 +49,16 @@ def _unmounted(rc: Any, *, empty: bool) -> Path:
     if empty:
         rc.state.mkdir()
     return away
+
+
+def _read_by_the_pull(cache: str) -> int:
+    """The bytes a pull in ``cache`` has read and written, as its progress says (written
+    every second, the held read's too)."""
+    done = 0
+    for figure in Path(cache).glob("*/progress.json"):
+        with contextlib.suppress(OSError, ValueError):
+            done = max(done, int(json.loads(figure.read_text()).get("bytes_done", 0)))
+    return done
 
 
 def _mounted_again(rc: Any, away: Path) -> None:
@@ -219,6 +231,11 @@ def test_a_model_pull_of_the_state_dir_moved_away_is_judged_as_its_engines(
             # there from its exec, before a cold interpreter at load made the entry, which
             # came then in the emptied folder ("nothing written" failed, load ~23).
             rc.wait_for(lambda: server.sent >= 1 << 18, timeout=60, what="the pull held")
+            # ... and every byte sent read by the pull: one it read after the swap below
+            # was a figure to write, whose look found the state dir another's: the pull
+            # stopped (pull/statewatch.py), the next pass saw none beside it and pulled
+            # anew, exit 0 (a CI run at load). Blocked on the held rest, it looks at none.
+            rc.wait_for(lambda: _read_by_the_pull(pulls) >= 1 << 18, timeout=60, what="read")
             rc.wait_for(lambda: marked_pids(pulls, launch.MARKER), what="the pull")
             (pid,) = marked_pids(pulls, launch.MARKER)
             assert rc.environ(pid)["RECONCILE_STATE_ID"] == (rc.state / "id").read_text().strip()
