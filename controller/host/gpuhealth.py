@@ -7,9 +7,13 @@ place of NVML (tests, and machines without a GPU), one fact per line::
     {"device": "nvidia:1", "xid": 79, "time": "2026-01-01T00:00:00+00:00"}
     {"device": "nvidia:1", "ecc_uncorrected": 2}
     {"pid": 4242, "used": 21474836480}
+    {"device": "nvidia:0", "free": 1073741824}
 
 An Xid line is an event at its ``time``; an ECC line is the count now (the last line of
-a device wins); a ``pid`` line is that process's GPU memory now, in bytes.
+a device wins); a ``pid`` line is that process's GPU memory now, in bytes; a ``free``
+line is the device's free memory now, in bytes, which the memory gate reads before a
+start (``fake_free_memory``: by device key, as the fake names devices; a device no line
+names is not known, so nothing waits for it).
 
 NVML delivers Xid events only to an event set registered before they happen, so the
 daemon, whose source lives as long as it does, sees them; a ``--once`` pass registers
@@ -22,13 +26,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from controller.core.devicefaults import Reading, XidEvent
-from controller.core.devices.inventory import Inventory
+from controller.core.devices.inventory import GpuMemory, Inventory
 from controller.errors import ConfigError
 
 FAKE_ENV = "RECONCILE_FAKE_NVML"
@@ -75,8 +79,14 @@ class FileSource:
 
 
 def _fact(
-    fact: Any, xids: list[XidEvent], ecc: dict[str, int], memory: dict[int, int], where: str
+    fact: Any,
+    xids: list[XidEvent],
+    ecc: dict[str, int],
+    memory: dict[int, int],
+    where: str,
+    free: dict[str, int] | None = None,
 ) -> None:
+    free = {} if free is None else free
     try:
         if "xid" in fact:
             when = datetime.fromisoformat(fact["time"])
@@ -85,8 +95,10 @@ def _fact(
             ecc[str(fact["device"])] = int(fact["ecc_uncorrected"])
         elif "pid" in fact:
             memory[int(fact["pid"])] = int(fact["used"])
+        elif "free" in fact:  # the memory gate's (fake_free_memory), not health's
+            free[str(fact["device"])] = int(fact["free"])
         else:
-            raise KeyError("xid, ecc_uncorrected or pid")
+            raise KeyError("xid, ecc_uncorrected, pid or free")
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: not a fake NVML fact ({exc}); see host/gpuhealth.py") from exc
 
@@ -172,3 +184,34 @@ class NvmlSource:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def fake_free_memory(
+    environ: Mapping[str, str] = os.environ,
+) -> Callable[[tuple[str, ...]], dict[str, GpuMemory] | None] | None:
+    """The memory gate's reader of the fake file's ``free`` lines (by device key), or
+    None when ``RECONCILE_FAKE_NVML`` names no file: the gate asks NVML then."""
+    fake = environ.get(FAKE_ENV)
+    if not fake:
+        return None
+    path = Path(fake)
+
+    def read(keys: tuple[str, ...]) -> dict[str, GpuMemory] | None:
+        free = _free_lines(path)
+        if not all(k in free for k in keys):
+            return None
+        return {k: GpuMemory(k, free[k], ()) for k in keys}
+
+    return read
+
+
+def _free_lines(path: Path) -> dict[str, int]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    found: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            _fact(json.loads(line), [], {}, {}, f"{path}:{number}", found)
+    return found

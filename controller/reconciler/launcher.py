@@ -50,7 +50,7 @@ from controller.errors import (
 )
 from controller.host import procscan
 from controller.reconciler.leases import Lease, RecordMaker, kept_count
-from controller.reconciler.memwait import MemoryGate
+from controller.reconciler.memwait import MemoryGate, Stopped
 from controller.redact import redact_args
 from controller.store import diskspace, sidefiles
 from controller.store.instances import logfiles
@@ -193,12 +193,15 @@ class Launcher:
         record = self.store.read(name)
         return record if record is not None and record.phase is Phase.PENDING else None
 
-    def spawn(self, lease: Lease, entry: Entry, verb: str = "start", *, said: str | None = None
-              ) -> bool:  # fmt: skip
+    def spawn(
+        self, lease: Lease, entry: Entry, verb: str = "start", *, said: str | None = None,
+        counted: int | None = None,
+    ) -> bool:  # fmt: skip
         """Exec the engine of a reservation record and record its identity; what it runs
         was rendered once, when the lease was taken. False: nothing changed that another
         round would see otherwise (it waits for a pull first, or is refused as it was
-        before). ``said``: the Pending message the start came from."""
+        before). ``said``: the Pending message the start came from; ``counted``: the
+        restart count before this start (a restart's), kept when a stop gives it up."""
         record, rendered = lease.record, lease.rendered
         assert record.port is not None and record.nonce is not None
         name = record.name  # each replica (and `@next`) has its own runtime dir
@@ -212,6 +215,8 @@ class Launcher:
             f"{verb} {name} instance {record.nonce}: {' '.join(redact_args(rendered.argv))}",
         )
         short = self.memory.wait(record, lambda why: self.event(name, verb, why, "waiting"))
+        if isinstance(short, Stopped):
+            return self._given_up(record, verb, log_path, counted)
         if short is not None:
             return self._no_memory(record, entry, verb, short, log_path)
         taken = self._port_taken(record)
@@ -304,6 +309,17 @@ class Launcher:
         pending = self.maker.pending(entry, why, name=record.name)
         self.store.write(replace(pending, restarts=record.restarts))
         self.event(record.name, verb, "placement", "pending", error=why)
+        return True
+
+    def _given_up(self, record: Record, verb: str, log_path: Path, counted: int | None) -> bool:
+        """A stop asked while the start waited for GPU memory: no engine ran, so nothing
+        failed and no restart is counted. Pending, its lease given back (as a port
+        taken before the launch leaves it), for the next run to place and start."""
+        why = "the daemon stopped while the start waited for GPU memory: the next run starts it"
+        _not_started(log_path, why)
+        restarts = record.restarts if counted is None else counted
+        self.store.write(_unplaced(record, why, restarts=restarts))
+        self.event(record.name, verb, "stopping", "pending", error=why)
         return True
 
     def _no_memory(self, record: Record, entry: Entry, verb: str, why: str, log_path: Path) -> bool:
@@ -432,7 +448,8 @@ class Launcher:
         rendered = self.maker.render(
             action.entry, fresh.devices, fresh.port, fresh.extra_ports, name=fresh.name
         )
-        return self.spawn(Lease(fresh, rendered), action.entry, verb="restart")
+        lease = Lease(fresh, rendered)
+        return self.spawn(lease, action.entry, verb="restart", counted=rec.restarts)
 
     def stop(self, action: Stop) -> bool:
         rec = self.store.read(action.name)

@@ -5,7 +5,8 @@ late, and a process reconcile does not manage (a leaked engine, a notebook) may
 hold some. Starting anyway would over-commit the card silently, so the start waits,
 bounded, and when the memory never comes it fails with a message that names who
 holds it. Where NVML is missing (a static inventory, no driver) the ledger is all
-there is and nothing waits.
+there is and nothing waits. A stop asked meanwhile (the daemon's SIGTERM) ends the wait
+at once: the start is given up, unfailed, for the next run to make.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from controller.core.manifest.quantity import format_bytes
 from controller.core.state import Record
 
 ReadMemory = Callable[[tuple[str, ...]], Mapping[str, GpuMemory] | None]
+
+
+class Stopped:
+    """What ``MemoryGate.wait`` answers when a stop ended it: neither free nor short."""
+
+
+STOPPED = Stopped()
 DEFAULT_WAIT = 30.0  # seconds: longer than a driver takes to free an exited engine's memory
 
 
@@ -26,30 +34,39 @@ DEFAULT_WAIT = 30.0  # seconds: longer than a driver takes to free an exited eng
 class MemoryGate:
     # NVML on the local backend (run.py passes devices.gpu_memory); None: nothing to ask.
     read: ReadMemory = field(default=lambda uuids: None)
+    # The GPUs asked for by their keys (``nvidia:0``), not their UUIDs: the fake source,
+    # whose lines name devices as the static inventory does (host/gpuhealth.py).
+    by_key: bool = False
     timeout: float = DEFAULT_WAIT
     period: float = 0.5
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     # pid -> the deployment it belongs to (None: not ours); filled by the executor
     owner_of: Callable[[int], str | None] = field(default=lambda pid: None)
+    # The daemon's stop flag (``Reconciler.interrupted``): a SIGTERM must not wait out
+    # the timeout (systemd's TimeoutStopSec SIGKILLs a daemon that ignores its stop).
+    interrupted: Callable[[], bool] = field(default=lambda: False)
 
     def short(self, record: Record) -> list[GpuMemory]:
         """The record's GPUs that lack its memory now; [] when fine or unknowable."""
-        uuids = tuple(u for u in record.device_uuids if u)
-        if record.memory is None or not uuids or len(uuids) != len(record.devices):
+        ids = record.devices if self.by_key else tuple(u for u in record.device_uuids if u)
+        if record.memory is None or not ids or len(ids) != len(record.devices):
             return []
-        seen = self.read(uuids)
+        seen = self.read(ids)
         if seen is None:
             return []
         return [m for m in seen.values() if m.free < record.memory]
 
-    def wait(self, record: Record, report: Callable[[str], None]) -> str | None:
-        """None once every GPU has the memory free; else (after the timeout) why not."""
+    def wait(self, record: Record, report: Callable[[str], None]) -> str | Stopped | None:
+        """None once every GPU has the memory free; else (after the timeout) why not;
+        STOPPED as soon as a stop is asked while it waits."""
         deadline = self.clock() + self.timeout
         short = self.short(record)
         if short:
             report(self.explain(record, short) + f"; waiting up to {self.timeout:g}s")
         while short:
+            if self.interrupted():
+                return STOPPED
             if self.clock() >= deadline:
                 return self.explain(record, short)
             self.sleep(self.period)

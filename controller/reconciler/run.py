@@ -501,7 +501,7 @@ class Reconciler(Preview):
             maker=self.maker,
             log_max_bytes=config.log_max_bytes,
             log_keep=config.log_keep,
-            memory=MemoryGate(read=gpu_memory),
+            memory=self._memory_gate(),
             puller=self.puller,
             reserve=self._reserve_now,
         )
@@ -738,6 +738,16 @@ class Reconciler(Preview):
         held = [base_name(r.name) for r in self.store.load().records.values()
                 if device in r.devices and not r.elsewhere(self.config.node)]  # fmt: skip
         self.notify.emit("Unhealthy", why, revision=self.maker.revision, deployments=held)
+
+    def _memory_gate(self) -> MemoryGate:
+        """NVML's word before a start (the fake file's, by device key, where one is set),
+        ended by the daemon's stop: read late, as the daemon sets ``interrupted`` after."""
+        fake = gpuhealth.fake_free_memory()
+        return MemoryGate(
+            read=gpu_memory if fake is None else fake,
+            by_key=fake is not None,
+            interrupted=lambda: self.interrupted(),
+        )
 
     def _rounds(
         self,

@@ -49,7 +49,7 @@ from controller.core.render import render
 from controller.core.state import Observed, Phase, RecordView
 from controller.errors import ConfigError
 from controller.host import devices
-from controller.reconciler.memwait import MemoryGate
+from controller.reconciler.memwait import STOPPED, MemoryGate
 from controller.store.sources.manifests import load
 
 TWO_80 = parse_static("nvidia:0=80Gi,nvidia:1=80Gi")
@@ -761,6 +761,29 @@ def test_gate_gives_up_naming_a_process_that_is_not_ours() -> None:
     assert "nvidia:0 has 5Gi free, needs 20Gi" in why
     assert "pid 4242 60Gi (not managed by reconcile)" in why
     assert "pid 7 15Gi (deployment other-model)" in why
+
+
+def test_gate_ends_at_once_when_a_stop_is_asked() -> None:
+    g, clock = gate(5 * GI)
+    g.interrupted = lambda: clock[0] >= 1  # the daemon's SIGTERM, one poll into the wait
+    said: list[str] = []
+    assert g.wait(GPU_REC, said.append) is STOPPED
+    assert clock[0] == 1 and len(said) == 1  # not the 5 s timeout
+    free, _ = gate(70 * GI)
+    free.interrupted = lambda: True  # the memory is there: no wait, the start goes on
+    assert free.wait(GPU_REC, said.append) is None
+
+
+def test_gate_asks_by_device_key_where_the_fake_source_reads() -> None:
+    asked: list[tuple[str, ...]] = []
+
+    def read(ids: tuple[str, ...]) -> dict[str, GpuMemory]:
+        asked.append(ids)
+        return {i: GpuMemory(i, 70 * GI, ()) for i in ids}
+
+    no_uuid = replace(GPU_REC, device_uuids=(None,))
+    assert MemoryGate(read=read, by_key=True).wait(no_uuid, print) is None
+    assert asked == [("nvidia:0",)]
 
 
 def test_gate_is_silent_without_nvml_or_uuids() -> None:

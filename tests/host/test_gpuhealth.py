@@ -119,6 +119,23 @@ def test_the_fake_file_gives_xids_ecc_and_process_memory(tmp_path: Path) -> None
     assert source.read() == gpuhealth.Reading()
 
 
+def test_the_fake_files_free_lines_are_the_memory_gates_by_device_key(tmp_path: Path) -> None:
+    fake = tmp_path / "nvml.jsonl"
+    assert gpuhealth.fake_free_memory({}) is None  # no fake: the gate asks NVML
+    read = gpuhealth.fake_free_memory({gpuhealth.FAKE_ENV: str(fake)})
+    assert read is not None and read(("nvidia:0",)) is None  # no file yet: not known
+    facts = [{"device": "nvidia:0", "free": 1 << 30}, {"pid": 42, "used": 1 << 30}]
+    fake.write_text("\n".join(json.dumps(f) for f in facts) + "\n")
+    seen = read(("nvidia:0",))
+    assert seen is not None and seen["nvidia:0"].free == 1 << 30
+    assert read(("nvidia:0", "nvidia:1")) is None  # a device no line names: not known
+    health = gpuhealth.choose(Inventory(), {gpuhealth.FAKE_ENV: str(fake)}).read()
+    assert health.memory == {42: 1 << 30} and not health.xids  # health passes it over
+    fake.write_text('{"device": "nvidia:0", "free": "lots"}\n')
+    with pytest.raises(ConfigError, match=r"nvml.jsonl:1: not a fake NVML fact"):
+        read(("nvidia:0",))
+
+
 def test_which_source_an_inventory_gets() -> None:
     gpus = Inventory((Device(kind="nvidia", id="0", uuid="GPU-a"),))
     assert isinstance(gpuhealth.choose(gpus, {}), gpuhealth.NvmlSource)
