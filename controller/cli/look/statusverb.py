@@ -317,13 +317,21 @@ def _table(seen: Look, *, wide: bool, now: datetime | None = None) -> str:
     shown = seen.shown()
     if len(seen.order) < 2:
         return status_table(shown, now=now, wide=wide, seen=seen.seen)
-    # Several NAMEs: their rows in the order given (the table's own order is by name)
-    show_rev = wide or any(r.revision for r in shown)
-    rows = status_rows([], now, wide, seen.seen, show_rev)
-    for name in seen.order:
+    return table(ordered_rows(seen, shown, wide=wide, show_rev=None, now=now))
+
+
+def ordered_rows(
+    seen: Look, shown: list[Record], *, wide: bool, show_rev: bool | None, now: datetime | None
+) -> list[list[str]]:
+    """``status_rows`` of ``shown``, the header first; with several NAMEs, their rows in
+    the order given (the table's own order is by name)."""
+    if show_rev is None:
+        show_rev = wide or any(r.revision for r in shown)
+    rows = status_rows(shown if len(seen.order) < 2 else [], now, wide, seen.seen, show_rev)
+    for name in seen.order if len(seen.order) > 1 else ():
         of_name = [r for r in shown if selects(name, r)]
         rows += status_rows(of_name, now, wide, seen.seen, show_rev)[1:]
-    return table(rows)
+    return rows
 
 
 # -- --refresh: look now, act on nothing -------------------------------------------------
@@ -466,7 +474,7 @@ class Layout:
         shown = seen.shown()
         if self.show_rev is None:
             self.show_rev = wide or any(r.revision for r in shown)
-        rows = status_rows(shown, wide=wide, seen=seen.seen, show_rev=self.show_rev)
+        rows = ordered_rows(seen, shown, wide=wide, show_rev=self.show_rev, now=None)
         header = not self.widths
         self.widths = widths_of(rows, self.widths)
         return table(rows if header else rows[1:], self.widths)
