@@ -31,6 +31,7 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     "status": (
         "reconcile status                                 # a table, like kubectl get",
         "reconcile status web -o json                     # a JSON list (fields: README)",
+        "reconcile status web api                         # only these, in this order",
         "reconcile status -l team=search -o name          # names, one a line",
         "reconcile status -o wide                         # PID, SOURCE, REVISION; each replica",
         "reconcile status -w                              # print each change as it happens",
@@ -123,11 +124,12 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
     ),
     "status": (
         "0   shown (even with no deployments)",
-        "1   no deployment has that NAME, or a record cannot be read (the rest is shown)",
+        "1   a NAME matches no deployment, or a record cannot be read (the rest is shown)",
     ),
     "describe": (
         "0   shown",
-        "1   no such deployment (or none matches -l), or its record cannot be read",
+        "1   a NAME matches no deployment (the rest shown; or none matches -l), or its record "
+        "cannot be read",
     ),
     "devices": ("0   shown", "1   a record cannot be read: who holds what is not whole"),
     "logs": ("0   printed (or followed to the end)", "1   no log: never started?"),

@@ -399,7 +399,7 @@ def _view_verbs(verb: VerbMaker) -> None:
     _selector(p)
     for name in ("status", "get"):
         p = verb(name, "deployments and their phases")
-        p.add_argument("name", nargs="?")
+        p.add_argument("names", nargs="*", metavar="NAME", help="only these (default: all)")
         _selector(p)
         p.add_argument("-w", "--watch", action="store_true", help="print each change as it happens")
         p.add_argument(
@@ -408,7 +408,9 @@ def _view_verbs(verb: VerbMaker) -> None:
             help="look now (liveness, probes) instead of the last pass's view; acts on nothing",
         )
     p = verb("describe", "spec, record, events, last log lines")
-    p.add_argument("name", nargs="?", help="the deployment (or select with -l)")
+    p.add_argument(
+        "names", nargs="*", metavar="NAME", help="the deployments, in order (or select with -l)"
+    )
     _selector(p)
     p = verb("logs", "the engines' logs", [_common(True, ("--manifests",))])
     p.add_argument(

@@ -215,6 +215,35 @@ def test_a_mistyped_name_gets_a_did_you_mean_on_every_verb(reconcile: Any) -> No
     reconcile.down()
 
 
+def test_status_get_and_describe_take_several_names(reconcile: Any) -> None:
+    """`status a b` was a usage error (exit 64), while kubectl's get and describe take
+    several names: each is shown in the order given, a NAME matching none is said as
+    `no such` says it and exits 1, the others still shown."""
+    reconcile.write("web")
+    reconcile.write("api")
+    reconcile.once()
+    for verb in ("status", "get"):
+        rows = reconcile(verb, "web", "api", check=0).out.splitlines()
+        assert [r.split()[0] for r in rows[1:]] == ["web", "api"], rows
+        named = reconcile(verb, "web", "api", "-o", "name", check=0).out.split()
+        assert named == ["web", "api"], named
+        items = reconcile(verb, "web", "api", "-o", "json", check=0).json()
+        assert [i["name"] for i in items] == ["web", "api"], items
+        half = reconcile(verb, "api", "wbe", check=1)
+        assert [r.split()[0] for r in half.out.splitlines()[1:]] == ["api"], half.out
+        assert "no deployment named 'wbe'" in half.err and "did you mean 'web'?" in half.err
+    both = reconcile("describe", "web", "api", check=0).out.splitlines()
+    assert [line.split()[1] for line in both if line.startswith("Name:")] == ["web", "api"]
+    docs = reconcile("describe", "api", "web", "-o", "json", check=0).json()
+    assert [d["name"] for d in docs] == ["api", "web"], docs
+    half = reconcile("describe", "zzzzz", "web", check=1)
+    assert [line.split()[1] for line in half.out.splitlines() if line.startswith("Name:")] == [
+        "web"
+    ], half.out
+    assert "no deployment named 'zzzzz'" in half.err and "(known: api, web)" in half.err
+    reconcile.down()
+
+
 def test_kubectl_s_type_slash_name_gets_the_name_meant(reconcile: Any) -> None:
     """kubectl's `get deployment/web` said only "no deployment named 'deployment/web'
     (known: web)"; it names the one meant and why."""
@@ -462,7 +491,7 @@ def test_environment_configures_the_node(reconcile: Any) -> None:
     [
         ["frobnicate"],
         ["--no-such-option"],
-        ["status", "a", "b"],
+        ["events", "a", "b"],  # kubectl events --for takes one
         ["describe"],
         ["logs", "--tail", "many"],  # `logs` alone is every deployment's (issue 25)
         ["--wait"],

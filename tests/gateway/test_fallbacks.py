@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
 import os
 import re
 import signal
@@ -268,6 +269,46 @@ def test_a_stream_begun_while_its_first_fallback_waits_names_none_before_the_end
     assert any(line.startswith(": waiting for slow: Starting ") for line in lines), lines
     named = [f for f in fields + trailers if f.lower().startswith("x-reconcile-deployment:")]
     assert named == ["x-reconcile-deployment: small"], (fields, trailers)
+    g.finish()
+
+
+def test_a_stream_whose_fallback_fails_while_it_waits_names_no_one(
+    reconcile: Any, gateway: Any, tmp_path: Path
+) -> None:
+    """big gives up at once for its one fallback, slow, which alone could serve it, so the
+    stream's head (begun while it waited for slow) said `x-reconcile-deployment: slow`;
+    slow then failed (exit 3, restartPolicy Never) and the stream ended with the gateway's
+    503 as its last event: nothing served it, yet the head named slow. The head now
+    announces the trailer, which names no one: no engine answered."""
+    gate = tmp_path / "fail-now"  # slow fails once the stream is seen waiting for it
+    stuck = reconcile.demo_command(load_seconds="600")
+    big = {"fallbacks": ["slow"], "fallbackAfter": "0.1s"}  # below a comment's period
+    reconcile.write("big", command=stuck, readiness=STUCK, **big)
+    dies = ["/bin/sh", "-c", f"while [ ! -e '{gate}' ]; do sleep 0.1; done; exit 3"]
+    reconcile.write("slow", command=dies, readiness=STUCK, restartPolicy="Never")
+    g = gateway(env={WAITING_ENV: "0.5"})
+    g.wait_phase("big", "Starting")
+    g.wait_phase("slow", "Starting")
+    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=120)
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps({"model": "big", "stream": True}))
+        answer = conn.getresponse()
+        assert answer.status == 200 and answer.getheader("x-reconcile-deployment") is None, (
+            answer.getheaders()
+        )
+        assert answer.getheader("Trailer") == "x-reconcile-deployment", answer.getheaders()
+        said = b""
+        while b": waiting for slow: " not in said:  # each read waits for the next comment
+            chunk = answer.read1(4096)
+            assert chunk, said
+            said += chunk
+        gate.touch()
+        lines = (said + answer.read()).decode().splitlines()
+    finally:
+        conn.close()
+    (last,) = [line for line in lines if line.startswith("data:") and "error" in line]
+    assert "model_not_ready" in last, lines  # the gateway's 503, as the stream's last event
+    assert not any(line.startswith(": x-reconcile-deployment:") for line in lines), lines
     g.finish()
 
 

@@ -142,6 +142,31 @@ def test_models_names_deployments_not_their_replicas(reconcile: Any, cache: Path
     reconcile.down()
 
 
+def test_models_names_the_deployments_whose_manifests_name_the_file(
+    reconcile: Any, cache: Path
+) -> None:
+    """Its DEPLOYMENTS column read the records and the engines' past uses (used.json):
+    after `down`, a file that a manifest names but no engine started on read "-", which
+    `models prune` keeps, and a file no manifest names any more read its old user, which
+    prune removes. It names what prune keeps it for: the manifests' deployments and the
+    records'."""
+
+    def column() -> str:
+        (row,) = [ln for ln in reconcile("models", check=0).out.splitlines() if "kept.gguf" in ln]
+        return row.split()[-1]
+
+    with serving({"kept.gguf": KEPT}) as server:
+        reconcile.write("keep", source=source(server, "kept.gguf", KEPT))
+        reconcile.converge()
+        reconcile.down()
+        assert not reconcile.status()  # no record names it now
+        reconcile.write("also", source=source(server, "kept.gguf", KEPT))  # no pass since
+    assert column() == "also,keep"
+    for name in ("also", "keep"):
+        (reconcile.manifests / f"{name}.yaml").unlink()
+    assert column() == "-"  # no manifest, no record: what prune removes
+
+
 def test_prune_says_it_keeps_a_pull_no_manifest_names_any_more(reconcile: Any, cache: Path) -> None:
     """The manifest deleted mid-pull: the pull goes on (as after `down`), and prune,
     which leaves an entry being filled alone, says so instead of nothing at exit 0."""

@@ -172,6 +172,27 @@ class _Lines:
         return any(all(w in line for w in words) for line in self.lines)
 
 
+def test_watch_of_several_names_prints_them_in_order_and_says_the_unknown(
+    reconcile: Any,
+) -> None:
+    """`status -w web api nope`, as `status web api nope`: the rows in the order given
+    (the table's own is by name), nope said once on stderr, the others watched."""
+    rc = reconcile
+    rc.write("web")
+    rc.write("api", basePort=rc.port + 5)
+    rc.converge()
+    argv = rc.argv("status", "-w", "web", "api", "nope")
+    watcher = rc.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = _Lines(watcher.stdout)  # type: ignore[arg-type]
+    rc.wait_for(lambda: out.has("web", "Ready") and out.has("api", "Ready"), timeout=30)
+    assert [line.split()[0] for line in out.lines[:3]] == ["NAME", "web", "api"], out.lines
+    watcher.send_signal(signal.SIGINT)  # Ctrl-C
+    _, err = watcher.communicate(timeout=30)
+    assert b"Traceback" not in err and watcher.returncode == 130, err
+    assert err.decode().count("no deployment named 'nope'") == 1, err
+    rc.down()
+
+
 def test_watch_prints_each_change_and_ends_quietly(reconcile: Any) -> None:
     rc = reconcile
     rc.write("web")

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never
     from controller.backends.base import Backend
     from controller.cli.render.planview import Change
     from controller.core.manifest.specs import Entry
+    from controller.core.replicaset import ReplicaSet
     from controller.core.state import Observed
     from controller.store.sources.manifests import LoadResult
 
@@ -55,50 +56,78 @@ def _problems(problems: list[object]) -> None:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from controller.cli.render.describe import describe_deployment, describe_document
-    from controller.core.replicaset import group, selects
-
-    if args.name is None and not args.selector:
+    names: list[str] = list(dict.fromkeys(args.names))  # a NAME given twice: once
+    if not names and not args.selector:
         print("reconcile: describe needs a NAME or -l SELECTOR", file=sys.stderr)
         return EXIT_USAGE
     fmt = output_format(args, "text", ("text", "json", "yaml"))
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
-    state_dir, remote = cfg.state_dir, _remote_tail(cfg)
-    snap = RecordStore(state_dir).peek()  # a read verb moves nothing aside
-    if args.name is not None and not record_name_ok(args.name):  # invariant 9: never a path
-        print(no_such(args.name, {base_name(n) for n in snap.records}, state_dir), file=sys.stderr)
-        return EXIT_FAIL
-    now = datetime.now(UTC)  # each message as true now ("restart in 8s")
-    records = [replace(r, message=r.message_at(now)) for r in snap.records.values()]
-    sets = group(r for r in records if not args.name or selects(args.name, r))
-    unreadable = _unreadable(snap.problems, args.name)
+    described = Described(cfg, fmt, args)
+    wanted: list[str | None] = [*names] or [None]  # None: what -l selects
+    failed = [name for name in wanted if not described.add(name)]
+    if described.docs:  # a list, as status -o json: one document per deployment
+        print(dump(described.docs, fmt))
+    if described.texts:  # an engine's words, never acted on
+        print(printable("\n\n".join(described.texts), keep="\n"))
+    return EXIT_FAIL if failed else EXIT_OK
 
-    def pick(rec: Record) -> bool:
-        return selected(rec.labels, args)
 
-    out: str | None = None
-    if fmt != "text":  # a list, as status -o json: one document per deployment
-        docs = [d for rs in sets if (d := describe_document(state_dir, rs, pick, remote))]
-        out = dump(docs, fmt) if docs else None
-    else:
+class Described:
+    """`describe NAME...`: each NAME's deployments in the order given (kubectl's), its
+    errors said as it comes; what was found printed once, after them all."""
+
+    def __init__(self, cfg: Config, fmt: str, args: argparse.Namespace) -> None:
+        self.state_dir, self.remote, self.fmt, self.args = (
+            cfg.state_dir,
+            _remote_tail(cfg),
+            fmt,
+            args,
+        )
+        self.snap = RecordStore(cfg.state_dir).peek()  # a read verb moves nothing aside
+        now = datetime.now(UTC)  # each message as true now ("restart in 8s")
+        self.records = [replace(r, message=r.message_at(now)) for r in self.snap.records.values()]
+        self.docs: list[dict[str, object]] = []
+        self.texts: list[str] = []
+
+    def pick(self, rec: Record) -> bool:
+        return selected(rec.labels, self.args)
+
+    def add(self, name: str | None) -> bool:
+        """Describe ``name`` (None: what the selector picks); False when it failed."""
+        from controller.core.replicaset import group, selects
+
+        state_dir, records = self.state_dir, self.records
+        if name is not None and not record_name_ok(name):  # invariant 9: never a path
+            known = {base_name(n) for n in self.snap.records}
+            print(no_such(name, known, state_dir), file=sys.stderr)
+            return False
+        sets = group(r for r in records if not name or selects(name, r))
+        unreadable = _unreadable(self.snap.problems, name)
+        _problems(list(unreadable))
+        found = self._found(sets)
+        if not found and not unreadable:
+            _none_described(self.args, name, records, state_dir)
+            if name:  # an engine of that name with no record: where to look instead
+                torn = [p.name for p in self.snap.problems]
+                for line in unrecorded.said(state_dir, records, torn, name):
+                    print(line, file=sys.stderr)
+        return found and not unreadable
+
+    def _found(self, sets: list[ReplicaSet]) -> bool:
+        from controller.cli.render.describe import describe_deployment, describe_document
+
+        if self.fmt != "text":
+            docs = [describe_document(self.state_dir, rs, self.pick, self.remote) for rs in sets]
+            self.docs += [d for d in docs if d]
+            return any(docs)
         texts = [
-            describe_deployment(state_dir, rs, selector=pick, remote_log=remote) for rs in sets
+            describe_deployment(self.state_dir, rs, selector=self.pick, remote_log=self.remote)
+            for rs in sets
         ]
-        found = [t for t in texts if t is not None]  # an engine's words, never acted on
-        out = printable("\n\n".join(found), keep="\n") if found else None
-    if out is not None:
-        print(out)
-    _problems(list(unreadable))
-    if out is None and not unreadable:
-        code = _none_described(args, records, state_dir)
-        if args.name:  # an engine of that name with no record: where to look instead
-            torn = [p.name for p in snap.problems]
-            for line in unrecorded.said(state_dir, records, torn, args.name):
-                print(line, file=sys.stderr)
-        return code
-    return EXIT_FAIL if unreadable else EXIT_OK
+        self.texts += [t for t in texts if t is not None]
+        return any(t is not None for t in texts)
 
 
 def _unreadable(problems: list[RecordProblem], name: str | None) -> list[RecordProblem]:
@@ -106,18 +135,19 @@ def _unreadable(problems: list[RecordProblem], name: str | None) -> list[RecordP
     return [p for p in problems if not name or (p.name and name in (p.name, base_name(p.name)))]
 
 
-def _none_described(args: argparse.Namespace, records: Iterable[Record], where: Path) -> int:
+def _none_described(
+    args: argparse.Namespace, name: str | None, records: Iterable[Record], where: Path
+) -> None:
     from controller.core.replicaset import selects
 
-    if args.name and not any(selects(args.name, r) for r in records):
-        print(no_such(args.name, (base_name(r.name) for r in records), where), file=sys.stderr)
-        removed = _removed(where, args.name)
+    if name and not any(selects(name, r) for r in records):
+        print(no_such(name, (base_name(r.name) for r in records), where), file=sys.stderr)
+        removed = _removed(where, name)
         if removed is not None:  # kubectl says NotFound; the node still has its story
             print(removed, file=sys.stderr)
     else:
-        which = f"named {args.name!r}" if args.name else "matches the selector"
+        which = f"named {name!r}" if name else "matches the selector"
         print(f"reconcile: no deployment {which}", file=sys.stderr)
-    return EXIT_FAIL
 
 
 def _removed(where: Path, name: str) -> str | None:

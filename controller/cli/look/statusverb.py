@@ -1,4 +1,4 @@
-"""`reconcile status [NAME]` (alias `get`): the deployments, as the last pass saw them.
+"""`reconcile status [NAME...]` (alias `get`): the deployments, as the last pass saw them.
 
 Records are what passes wrote; ``observed.json`` says when each node's last pass looked,
 so every row has its SEEN age and every JSON item its ``observed_at``, and a set whose
@@ -80,6 +80,12 @@ class Look:
     at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when it was taken
     # Engines running with no record (found by their spawn notes), in words: one line each
     unrecorded: list[str] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # the NAMEs given, shown in their order
+    missing: list[str] = field(default_factory=list)  # the errors of NAMEs matching none
+
+    def ranked(self, name: str) -> int:
+        """Where deployment ``name`` comes in the NAMEs given (kubectl's `get a b`)."""
+        return self.order.index(name) if name in self.order else len(self.order)
 
     def live(self) -> list[Record]:
         """The records with what their messages say true now (a back-off's "restart in
@@ -133,7 +139,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         conditions = node_conditions(cfg, seen.unread)
         print(dump([{**i, "node_conditions": conditions} for i in items(seen)], fmt))
     elif fmt == "name":
-        print("".join(f"{s.name}\n" for s in group(seen.records)), end="")
+        sets = sorted(group(seen.records), key=lambda s: seen.ranked(s.name))
+        print("".join(f"{s.name}\n" for s in sets), end="")
     else:
         banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC), bootclock.read())
         if banner:
@@ -157,9 +164,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     for problem in seen.problems:
         print(f"error: {problem}", file=sys.stderr)
+    for line in seen.missing:
+        print(line, file=sys.stderr)
     # What cannot be read is not shown: exit 1 as `plan` does for an unreadable record
-    # (kubectl get prints what it could and exits 1 on an error); stdout stays whole.
-    return EXIT_FAIL if seen.problems else EXIT_OK
+    # (kubectl get prints what it could and exits 1 on an error, or a NAME not found).
+    return EXIT_FAIL if seen.problems or seen.missing else EXIT_OK
 
 
 def outside_inventory(cfg: Config, records: list[Record]) -> list[str]:
@@ -218,31 +227,66 @@ def skipped(cfg: Config) -> list[str]:
 
 def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | None:
     """The records ``args`` select, as on disk or (``--refresh``) as seen now; None (said
-    on stderr unless not ``say``) when NAME matches none. A record that cannot be read is
-    among ``problems`` (NAME's only, when one is given) and left where it lies."""
+    on stderr unless not ``say``) when no NAME matches any. A record that cannot be read
+    is among ``problems`` (the NAMEs' only, when given) and left where it lies; the NAMEs
+    that match none are said in ``missing`` (kubectl's `get a nope`: a shown, nope said)."""
     records, problems, seen = _read(args, cfg)
     torn = [p.name for p in problems]  # an engine with no record has no labels to select
-    engines = [] if args.selector else unrecorded.said(cfg.state_dir, records, torn, args.name)
-    if args.name:
-        problems = [p for p in problems if p.name and args.name in (p.name, base_name(p.name))]
-        named = [r for r in records if selects(args.name, r)]
-        if not named:
+    names: list[str] = list(dict.fromkeys(args.names))  # a NAME given twice: shown once
+    engines = [] if args.selector else _engines(cfg.state_dir, records, torn, names)
+    named = Named(records, problems)
+    if names:
+        named = _named(names, records, problems, cfg.state_dir)
+        if not named.records:
             if say:
-                known = (base_name(r.name) for r in records)
-                said = [f"error: {p.message}" for p in problems]
-                said = said or [no_such(args.name, known, cfg.state_dir)]
-                print(*said, *engines, sep="\n", file=sys.stderr)
+                print(*named.missing, *engines, sep="\n", file=sys.stderr)
             return None
-        records = named
-    chosen = [r for r in records if selected(r.labels, args)]
+    chosen = [r for r in named.records if selected(r.labels, args)]
     records, pulls = pullstatus.live(chosen, cfg.state_dir)  # Pulling: progress now
     noted = observed.views(observed.peek_all(cfg.state_dir), records)
     records = [noted.as_read(r) for r in records]  # no stale spec-invalid mark
-    found = Look(records, dict(pulls), [p.message for p in problems], state_dir=cfg.state_dir)
+    problem_lines = [p.message for p in named.problems]
+    found = Look(records, dict(pulls), problem_lines, state_dir=cfg.state_dir)
     found.seen = {**noted.seen, **seen}  # --refresh: now
     found.conditions, found.unread = noted.conditions, noted.unread
-    found.unrecorded = engines
+    found.unrecorded, found.order, found.missing = engines, names, named.missing
     return found
+
+
+@dataclass
+class Named:
+    """What NAMEs select: their records, their unreadable records, and (``missing``) the
+    error lines of those that match no record."""
+
+    records: list[Record]
+    problems: list[RecordProblem]
+    missing: list[str] = field(default_factory=list)
+
+
+def _named(
+    names: list[str], records: list[Record], problems: list[RecordProblem], state_dir: Path
+) -> Named:
+    found = Named([], [])
+    known = [base_name(r.name) for r in records]
+    for name in names:
+        of_name = [p for p in problems if p.name and name in (p.name, base_name(p.name))]
+        picked = [r for r in records if selects(name, r) and r not in found.records]
+        if picked:
+            found.records += picked
+            found.problems += of_name
+        else:  # its unreadable record says why it is not shown, else the names there are
+            said = [f"error: {p.message}" for p in of_name]
+            found.missing += said or [no_such(name, known, state_dir)]
+    return found
+
+
+def _engines(
+    state_dir: Path, records: list[Record], torn: list[str | None], names: list[str]
+) -> list[str]:
+    """The ``warning:`` lines of the engines with no record, the NAMEs' (or all)."""
+    if not names:
+        return unrecorded.said(state_dir, records, torn, None)
+    return [line for n in names for line in unrecorded.said(state_dir, records, torn, n)]
 
 
 def _read(
@@ -265,11 +309,29 @@ def items(seen: Look, *, live: bool = True) -> list[dict[str, Any]]:
     from controller.core.statusjson import deployment_items
 
     records = seen.live() if live else seen.records
-    return deployment_items(records, seen.pulls, seen.seen, seen.conditions)
+    found = deployment_items(records, seen.pulls, seen.seen, seen.conditions)
+    return sorted(found, key=lambda i: seen.ranked(str(i["name"])))
 
 
 def _table(seen: Look, *, wide: bool, now: datetime | None = None) -> str:
-    return status_table(seen.shown(), now=now, wide=wide, seen=seen.seen)
+    shown = seen.shown()
+    if len(seen.order) < 2:
+        return status_table(shown, now=now, wide=wide, seen=seen.seen)
+    return table(ordered_rows(seen, shown, wide=wide, show_rev=None, now=now))
+
+
+def ordered_rows(
+    seen: Look, shown: list[Record], *, wide: bool, show_rev: bool | None, now: datetime | None
+) -> list[list[str]]:
+    """``status_rows`` of ``shown``, the header first; with several NAMEs, their rows in
+    the order given (the table's own order is by name)."""
+    if show_rev is None:
+        show_rev = wide or any(r.revision for r in shown)
+    rows = status_rows(shown if len(seen.order) < 2 else [], now, wide, seen.seen, show_rev)
+    for name in seen.order if len(seen.order) > 1 else ():
+        of_name = [r for r in shown if selects(name, r)]
+        rows += status_rows(of_name, now, wide, seen.seen, show_rev)[1:]
+    return rows
 
 
 # -- --refresh: look now, act on nothing -------------------------------------------------
@@ -367,6 +429,8 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
             said = json.dumps({"name": name, "deleted": True}) if fmt == "json" else ""
             print(said or f"{name}   (gone)", flush=True)
         _say_new(seen.problems, told)
+        if first:
+            print(*seen.missing, sep="\n", file=sys.stderr, flush=True)
         first = False
     return EXIT_OK
 
@@ -410,7 +474,7 @@ class Layout:
         shown = seen.shown()
         if self.show_rev is None:
             self.show_rev = wide or any(r.revision for r in shown)
-        rows = status_rows(shown, wide=wide, seen=seen.seen, show_rev=self.show_rev)
+        rows = ordered_rows(seen, shown, wide=wide, show_rev=self.show_rev, now=None)
         header = not self.widths
         self.widths = widths_of(rows, self.widths)
         return table(rows if header else rows[1:], self.widths)

@@ -37,13 +37,17 @@ def _list(cfg: Config) -> int:
         print(f"No models in {cache_root(cfg.state_dir)}.")
         return EXIT_OK
     users = _record_users(cfg)
+    for key, declared in _declared(_load(cfg)).items():  # after `down`, a manifest's file
+        users.setdefault(key, set()).update(declared)  # is still its: prune keeps it
     now = datetime.now(UTC)
     rows = [["KEY", "FILE", "SIZE", "LAST USED", "DEPLOYMENTS"]]
     for entry in found:
         used = entry.used()
         last = max((datetime.fromisoformat(t) for t in used.values()), default=None)
-        # records and uses are per instance (`web@1`): the column names deployments
-        names = sorted({base_name(n) for n in set(used) | users.get(entry.key, set())})
+        # What prune keeps it for: a manifest's deployments and the records' (per
+        # instance, `web@1`: the column names deployments). An engine's past use is LAST
+        # USED's, not a user: after its manifest went, prune removes the file.
+        names = sorted({base_name(n) for n in users.get(entry.key, set())})
         rows.append(
             [
                 entry.key[:19],
@@ -84,23 +88,34 @@ def _size(entry: CacheEntry) -> int:
     return max(sizes) if sizes and entry.model_path() is None else entry.size()
 
 
-def _prune(cfg: Config, *, dry_run: bool) -> int:
-    loaded = load(  # the fleet's: a name declared per node class keeps each one's model
+def _load(cfg: Config) -> LoadResult:
+    return load(  # the fleet's: a name declared per node class keeps each one's model
         cfg.manifests,
         insecure=cfg.insecure_manifests,
         backend=cfg.backend,
         repo=cfg.repo,
         fleet=True,
     )
+
+
+def _declared(loaded: LoadResult) -> dict[str, set[str]]:
+    """Cache key -> the deployments whose manifests name it (each node class's too)."""
+    out: dict[str, set[str]] = {}
+    for entry in [*loaded.entries.values(), *(e for more in loaded.apart.values() for e in more)]:
+        if (source := entry.deployment.spec.source) is not None:
+            out.setdefault(source.key, set()).add(entry.name)
+    return out
+
+
+def _prune(cfg: Config, *, dry_run: bool) -> int:
+    loaded = _load(cfg)
     refusal = _unsafe(loaded)
     if refusal is not None:
         for error in loaded.errors:  # which file, where: as validate names them
             print(f"error: {error}", file=sys.stderr)
         print(f"reconcile: nothing removed: {refusal}", file=sys.stderr)
         return EXIT_FAIL
-    declared = [*loaded.entries.values(), *(e for more in loaded.apart.values() for e in more)]
-    named = {s.key for e in declared if (s := e.deployment.spec.source)}
-    named |= set(_record_users(cfg))
+    named = set(_declared(loaded)) | set(_record_users(cfg))
     verb = "would remove" if dry_run else "removed"
     unused = [e for e in entries(cache_root(cfg.state_dir)) if e.key not in named]
     if not unused:  # silence read as a prune that did not run (kubectl's "No resources found")

@@ -37,7 +37,7 @@ from controller.gateway.routing.swaps import Turns
 from controller.gateway.routing.table import HANDED_OVER, Table, Target
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.surface.upload import TooLarge, Upload
-from controller.gateway.surface.waiting import Waiting, sole
+from controller.gateway.surface.waiting import Waiting
 from controller.host import bootclock, procstat
 from controller.logsetup import get_logger
 from controller.store.side import daemonset
@@ -185,11 +185,7 @@ class Forwarder:
         incoming.passed = (*incoming.passed, (model, self._passed_over(model, why, words)))
         self.fallback_events.note(self.table.pools.get(model, ()), model, to, why, words)
         if incoming.waiting is not None:  # its comments name what it waits for now
-            # `to` alone can serve it only when no other of `onward` may still take it
-            serves = sole(self.table, to) if len(onward) == 1 else None
-            incoming.waiting.follow(
-                self.table.label(to), lambda: self.table.phases(to), serves=serves
-            )
+            incoming.waiting.follow(self.table.label(to), lambda: self.table.phases(to))
         with self.tracing.span("fallback", {"reconcile.from": model, "reconcile.to": to}):
             self.tracing.note({"reconcile.reason": why})
             return await self.serve(incoming, body, fields, (*tried, to), tuple(onward[1:]))

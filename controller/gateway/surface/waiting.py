@@ -4,8 +4,9 @@ begins, so clients and proxies with idle timeouts do not give up during a cold s
 
 Nothing is sent while the wait is shorter than one period: a warm engine's stream is
 untouched. Once the first comment is due the answer is begun (200, ``text/event-stream``);
-its head says who serves it (``x-reconcile-deployment``) only when one deployment alone
-can (``sole``): where a pool of several or a fallback may still serve it, the head
+its head says who serves it (``x-reconcile-deployment``) only when the deployment asked
+for alone can (``sole``): where a pool of several or a fallback may still serve it, or
+the request waits for a fallback (which may fail as well: nothing would have served it), the head
 announces the field as a trailer, and the engine's answer (proxy.py's ``_into_begun``)
 names its deployment in a comment before its first event and in that trailer;
 the engine's stream then goes on in it (proxy.py's ``settle``), and whatever the gateway
@@ -87,11 +88,14 @@ class Waiting:
             if self._meter.commented is None:
                 self._meter.commented = time.monotonic()
 
-    def follow(self, name: str, phase: Callable[[], str], *, serves: str | None) -> None:
-        """The request now waits for ``name`` (a fallback): the next comments say so."""
+    def follow(self, name: str, phase: Callable[[], str]) -> None:
+        """The request now waits for ``name`` (a fallback): the next comments say so. A head
+        begun from now on names no one, even where ``name`` alone could serve it: it may
+        fail too (the gateway's 503 then ends the stream), and a head cannot be taken
+        back; who answered is named once it does (proxy.py's ``_into_begun``)."""
         self._name = name
         self._phase = phase
-        self._serves = serves
+        self._serves = None
 
     async def settle(self) -> StreamResponse | None:
         """No more comments (one being written is finished); the begun stream, if any."""
