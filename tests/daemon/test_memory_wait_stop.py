@@ -20,19 +20,11 @@ STOP_WITHIN = 15.0
 
 
 def test_a_sigterm_ends_a_start_waiting_for_gpu_memory_at_once(reconcile: Any, daemon: Any) -> None:
-    reconcile.devices = "nvidia:0=80Gi"
-    fake: Path = reconcile.tmp / "nvml.jsonl"
-    fake.write_text(json.dumps({"device": "nvidia:0", "free": 1 * GI}) + "\n")
-    reconcile.env["RECONCILE_FAKE_NVML"] = str(fake)
-    reconcile.write("web", devices={"count": 1, "kind": "nvidia", "memory": "20Gi"})
+    fake = _one_gpu(reconcile, free=1 * GI)
     d = daemon()
     d.wait(lambda: _waiting(reconcile), "the start's 'waiting up to' event")
 
-    began = time.monotonic()
-    code = d.stop()
-    took = time.monotonic() - began
-    assert code == 0, d.tail()
-    assert took < STOP_WITHIN, f"the daemon took {took:.1f}s to stop:\n{d.tail()}"
+    _stopped_at_once(d)
 
     record = reconcile.record("web")
     assert record is not None
@@ -45,10 +37,32 @@ def test_a_sigterm_ends_a_start_waiting_for_gpu_memory_at_once(reconcile: Any, d
     assert not reconcile.pids("web")
 
     # The next run starts it, once the memory is free.
-    fake.write_text(json.dumps({"device": "nvidia:0", "free": 80 * GI}) + "\n")
+    _free(fake, 80 * GI)
     reconcile.converge()
     assert reconcile.status("web")["web"]["phase"] == "Ready"
     reconcile.down()
+
+
+def _one_gpu(reconcile: Any, free: int) -> Path:
+    """``web`` wanting 20 GiB of ``nvidia:0``, whose fake NVML says ``free``; the file."""
+    reconcile.devices = "nvidia:0=80Gi"
+    fake: Path = reconcile.tmp / "nvml.jsonl"
+    _free(fake, free)
+    reconcile.env["RECONCILE_FAKE_NVML"] = str(fake)
+    reconcile.write("web", devices={"count": 1, "kind": "nvidia", "memory": "20Gi"})
+    return fake
+
+
+def _free(fake: Path, free: int) -> None:
+    fake.write_text(json.dumps({"device": "nvidia:0", "free": free}) + "\n")
+
+
+def _stopped_at_once(d: Any) -> None:
+    began = time.monotonic()
+    code = d.stop()
+    took = time.monotonic() - began
+    assert code == 0, d.tail()
+    assert took < STOP_WITHIN, f"the daemon took {took:.1f}s to stop:\n{d.tail()}"
 
 
 def _waiting(reconcile: Any, action: str = "start") -> bool:
@@ -59,22 +73,14 @@ def _waiting(reconcile: Any, action: str = "start") -> bool:
 def test_a_sigterm_ends_a_restart_waiting_for_gpu_memory_counting_no_restart(
     reconcile: Any, daemon: Any, finish: Any
 ) -> None:
-    reconcile.devices = "nvidia:0=80Gi"
-    fake: Path = reconcile.tmp / "nvml.jsonl"
-    fake.write_text(json.dumps({"device": "nvidia:0", "free": 80 * GI}) + "\n")
-    reconcile.env["RECONCILE_FAKE_NVML"] = str(fake)
-    reconcile.write("web", devices={"count": 1, "kind": "nvidia", "memory": "20Gi"})
+    fake = _one_gpu(reconcile, free=80 * GI)
     d = daemon()
     first = d.wait(lambda: _ready(reconcile), "web Ready")
-    fake.write_text(json.dumps({"device": "nvidia:0", "free": 1 * GI}) + "\n")
+    _free(fake, 1 * GI)
     os.kill(first["pid"], signal.SIGKILL)  # its restart waits for the memory
     d.wait(lambda: _waiting(reconcile, "restart"), "the restart's 'waiting up to' event")
 
-    began = time.monotonic()
-    code = d.stop()
-    took = time.monotonic() - began
-    assert code == 0, d.tail()
-    assert took < STOP_WITHIN, f"the daemon took {took:.1f}s to stop:\n{d.tail()}"
+    _stopped_at_once(d)
     record = reconcile.record("web")
     assert record is not None and record["phase"] == "Pending", record
     assert not record["devices"] and record["port"] is None and record["nonce"] is None, record
@@ -82,7 +88,7 @@ def test_a_sigterm_ends_a_restart_waiting_for_gpu_memory_counting_no_restart(
     assert record["last_exit"] is not None, record  # the exit that was, kept
     assert not reconcile.pids("web")
 
-    fake.write_text(json.dumps({"device": "nvidia:0", "free": 80 * GI}) + "\n")
+    _free(fake, 80 * GI)
     again = daemon()
     again.wait(lambda: _ready(reconcile), "web Ready again")
     finish(again)
