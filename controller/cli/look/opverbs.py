@@ -111,7 +111,7 @@ class Described:
             _none_described(self.args, name, records, state_dir)
             if name:  # an engine of that name with no record: where to look instead
                 torn = [p.name for p in self.snap.problems]
-                for line in unrecorded.said(state_dir, records, torn, name):
+                for line in unrecorded.said(state_dir, records, torn, (name,)):
                     print(line, file=sys.stderr)
         return found and not unreadable
 

@@ -233,7 +233,7 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
     records, problems, seen = _read(args, cfg)
     torn = [p.name for p in problems]  # an engine with no record has no labels to select
     names: list[str] = list(dict.fromkeys(args.names))  # a NAME given twice: shown once
-    engines = [] if args.selector else _engines(cfg.state_dir, records, torn, names)
+    engines = [] if args.selector else unrecorded.said(cfg.state_dir, records, torn, names)
     named = Named(records, problems)
     if names:
         named = _named(names, records, problems, cfg.state_dir)
@@ -278,15 +278,6 @@ def _named(
             said = [f"error: {p.message}" for p in of_name]
             found.missing += said or [no_such(name, known, state_dir)]
     return found
-
-
-def _engines(
-    state_dir: Path, records: list[Record], torn: list[str | None], names: list[str]
-) -> list[str]:
-    """The ``warning:`` lines of the engines with no record, the NAMEs' (or all)."""
-    if not names:
-        return unrecorded.said(state_dir, records, torn, None)
-    return [line for n in names for line in unrecorded.said(state_dir, records, torn, n)]
 
 
 def _read(

@@ -57,14 +57,22 @@ def unrecorded(state_dir: Path, recorded: Collection[str]) -> list[Unrecorded]:
 
 
 def said(
-    state_dir: Path, records: Iterable[Record], torn: Collection[str | None], name: str | None
+    state_dir: Path,
+    records: Iterable[Record],
+    torn: Collection[str | None],
+    names: Collection[str] = (),
 ) -> list[str]:
     """``warning:`` lines of the engines no record of ``records`` (all that were read)
-    holds, those of deployment ``name`` only; a torn record's (``torn``: their names)
-    is said by its error already."""
+    holds, those of deployments ``names`` only when given (the notes read once for them
+    all); a torn record's (``torn``: their names) is said by its error already."""
     recorded = {r.nonce for r in records if r.nonce}
     found = [u for u in unrecorded(state_dir, recorded) if u.name not in torn]
-    return [f"warning: {u.line()}" for u in found if name in (None, u.name, base_name(u.name))]
+    wanted = set(names)
+    return [
+        f"warning: {u.line()}"
+        for u in found
+        if not wanted or u.name in wanted or base_name(u.name) in wanted
+    ]
 
 
 def of_another_state_dir(cfg: Config) -> list[str]:
