@@ -8,7 +8,9 @@ the partial file would corrupt it; one from byte 0 is the whole file: start over
 Messages name the source's URL as ``where`` (secrets redacted), never a redirect's
 target in full (a pre-signed URL carries its signature). A URL's ``user:password@`` is
 sent as Basic auth, as curl (the exported initContainer) and wget do: urllib would read it
-as part of the host; the header stays with that host (not sent on to a redirect's).
+as part of the host; the header goes on to a redirect only to the same scheme, host and
+port (or http's default port to https's), as curl and requests do: a mirror's
+``/latest`` pointing at its own file keeps it, a CDN elsewhere never sees it.
 """
 
 from __future__ import annotations
@@ -54,7 +56,25 @@ class _HttpOnly(urllib.request.HTTPRedirectHandler):
         if urlsplit(newurl).scheme.lower() not in SCHEMES:
             fp.close()
             raise _Elsewhere(newurl)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        onward = super().redirect_request(req, fp, code, msg, headers, newurl)
+        basic = req.get_header("Authorization")
+        if onward is not None and basic is not None and _same_origin(req.full_url, newurl):
+            onward.add_unredirected_header("Authorization", basic)
+        return onward
+
+
+def _same_origin(old: str, new: str) -> bool:
+    """Whether credentials may follow a redirect from ``old`` to ``new`` (requests'
+    ``should_strip_auth``): the same host, scheme and port, or http's to https's."""
+    was, now = urlsplit(old), urlsplit(new)
+    if was.hostname != now.hostname:
+        return False
+    if (was.scheme, was.port, now.scheme, now.port) in _UPGRADES:
+        return True
+    return (was.scheme, was.port) == (now.scheme, now.port)
+
+
+_UPGRADES = {("http", p, "https", q) for p in (80, None) for q in (443, None)}
 
 
 _OPENER = urllib.request.build_opener(_HttpOnly)  # the defaults, with this redirect rule

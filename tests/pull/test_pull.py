@@ -3,6 +3,7 @@ the entry lock, and a pull process killed with SIGKILL mid-way."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -166,6 +167,45 @@ def test_a_urls_credentials_are_not_sent_on_to_a_redirects_host(tmp_path: Path) 
             mirror.shutdown()
             mirror.server_close()
         assert cdn.authorizations == [None]
+
+
+def test_a_urls_credentials_follow_a_redirect_to_the_same_host(tmp_path: Path) -> None:
+    """A trial: a mirror whose ``/latest.gguf`` points at its own file answered 401 past
+    the redirect, the header dropped; curl and requests send it on to the same host."""
+    asked: list[tuple[str, str | None]] = []
+    basic = "Basic " + base64.b64encode(b"puller:hunter2").decode()
+
+    class Mirror(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append((self.path, self.headers.get("Authorization")))
+            if self.headers.get("Authorization") != basic:
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+            elif self.path == "/latest.gguf":
+                self.send_response(302)
+                self.send_header("Location", "/tiny.gguf")
+                self.send_header("Content-Length", "0")
+            else:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(DATA)))
+            self.end_headers()
+            if self.path == "/tiny.gguf" and self.headers.get("Authorization") == basic:
+                self.wfile.write(DATA)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    mirror = ThreadingHTTPServer(("127.0.0.1", 0), Mirror)
+    threading.Thread(target=mirror.serve_forever, daemon=True).start()
+    try:
+        port = mirror.server_address[1]
+        job = url_job(tmp_path, f"http://puller:hunter2@127.0.0.1:{port}/latest.gguf")
+        assert worker.run(job) == 0, entry_of(job).result()
+    finally:
+        mirror.shutdown()
+        mirror.server_close()
+    assert asked == [("/latest.gguf", basic), ("/tiny.gguf", basic)]
+    assert (entry_of(job).folder / "latest.gguf").read_bytes() == DATA
 
 
 def test_a_wrong_password_is_a_401_saying_where_credentials_go(tmp_path: Path) -> None:
