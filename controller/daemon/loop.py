@@ -182,6 +182,7 @@ class Daemon:
         self.stopping = False
         self.reloading = False
         self._ready_sent = False
+        self._status = ""  # the last STATUS= sent: a pass that waits again says it once
         self._debounce_since: float | None = None
         self._last_change: float | None = None  # monotonic time of the last folder event seen
         self._quiet_before = True  # the changes now in motion came after a quiet spell
@@ -483,6 +484,7 @@ class Daemon:
         # A git source's checkout is moved by the pass itself, and written by no one else.
         unchanged = None if self.config.git is not None else lambda: self._unchanged(before)
         if self._state_dir_gone():
+            self._tell(f"STATUS=pass refused: the state dir {self.config.state_dir} was replaced")
             self.timers.after("resync", self.resync, "resync")
             return
         self._open_front()
@@ -494,27 +496,32 @@ class Daemon:
             )
         except LockTimeout as exc:
             self._say("lock", "pass waits: another pass holds the lock", reason=str(exc))
+            self._tell(f"STATUS=pass waits: {exc}")
             self.triggers.clear()
             self.timers.after("retry", LOCK_RETRY, ",".join(triggers))
             return
         except BackendUnavailable as exc:
             self._unreachable(str(exc))
+            self._tell(f"STATUS=pass failed: the cluster does not answer: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         except StateDirReplaced as exc:  # said once; each resync looks again
             emit = log.debug if self._said.get("replaced") == str(exc) else log.error
             emit("pass refused", reason=str(exc), trigger=",".join(triggers))
             self._said["replaced"] = str(exc)
+            self._tell(f"STATUS=pass refused: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
             why = READ_ONLY_NEXT if exc.errno == errno.EROFS else IO_NEXT
             log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=why)
             self._said["io"] = str(exc)  # the pass that goes through again says so
+            self._tell(f"STATUS=pass failed: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         except ReconcileError as exc:
             log.error("pass failed", trigger=",".join(triggers), error=str(exc))
+            self._tell(f"STATUS=pass failed: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         self._said.pop("lock", None)
@@ -623,11 +630,19 @@ class Daemon:
         else:
             self.timers.cancel("autoscale")
         ready = sum(r.phase is Phase.READY for r in result.ours())
-        status = f"STATUS=pass {self.passes}: {ready}/{len(result.ours())} ready"
+        self._tell(f"STATUS=pass {self.passes}: {ready}/{len(result.ours())} ready")
+
+    def _tell(self, status: str) -> None:
+        """READY=1 with the first pass, whether it went through or not (a lock held, the
+        state dir gone or full, the cluster away): the daemon is up and tries again by
+        itself, but systemd, still waiting for READY=1 (at a start, or after a reload's
+        RELOADING=1), killed it at TimeoutStartSec and started it again, each start failed.
+        STATUS= (`systemctl status`) says how the last pass went, once per change."""
         if not self._ready_sent:
             self._ready_sent = self.notifier.send("READY=1", status)
-        else:
+        elif status != self._status:
             self.notifier.send(status)
+        self._status = status
 
     def _arm_git(self) -> None:
         """The next fetch when it is due: the interval (or a retry's back-off), not every

@@ -45,6 +45,7 @@ from controller.daemon.timers import (
     debounce_until,
 )
 from controller.host.procs import identity
+from controller.store.lock import FileLock
 from controller.store.watch import _Handler
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,6 +112,31 @@ def test_the_daemon_says_ready_after_its_first_pass_then_pings(
     assert "NOTIFY_SOCKET" not in reconcile.environ(engine)
     finish(d)
     assert b"STOPPING=1" in _drain(sock)
+
+
+def test_a_first_pass_that_cannot_go_through_still_ends_the_start(
+    reconcile: Any, daemon: Any, finish: Any, notify_socket: tuple[socket.socket, str]
+) -> None:
+    """systemd waits for READY=1 (TimeoutStartSec, 90 s), then kills the service and starts
+    it again, the start failed: a daemon whose first pass cannot go through (here another
+    process holds the pass lock; a state dir unmounted or full, the cluster away) is up all
+    the same and tries again by itself, so it says READY=1, and STATUS= says why."""
+    sock, path = notify_socket
+    reconcile.write("svc", command=["sleep", "600"])
+    reconcile.store()
+    other_pass = FileLock(reconcile.state / "pass.lock", what="pass lock")
+    other_pass.acquire(timeout=0)
+    try:
+        d = daemon(env={"NOTIFY_SOCKET": path})
+        first = sock.recv(4096).decode()  # the fixture's 30 s: before, none came at all
+        assert first.startswith("READY=1\nSTATUS=pass waits: the pass lock"), first
+        assert not d.passes() and reconcile.pids("svc") == set()
+    finally:
+        other_pass.release()
+    # The lock free, the next try goes through: STATUS= says so, with no READY=1 again.
+    went = sock.recv(4096).decode()
+    assert went.startswith("STATUS=pass 1: "), went
+    finish(d)
 
 
 def _drain(sock: socket.socket) -> set[bytes]:
