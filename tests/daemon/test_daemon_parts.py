@@ -174,6 +174,24 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     assert "Type=notify" in text and "KillMode=process" in text  # engines outlive the daemon
 
 
+def test_a_usage_error_in_execstart_is_not_restarted(reconcile: Any) -> None:
+    """`Restart=on-failure` restarts on any exit but 0: a misspelt flag in ExecStart (exit
+    64, usage) was started again every RestartSec, each start the same error, for good
+    (RestartSec=2 keeps it under the start limit's 5 in 10 s). No restart mends it, so the
+    unit names that code in RestartPreventExitStatus, and the daemon exits with it."""
+    lines = UNIT.read_text().splitlines()
+    prevent = [
+        ln.split("=", 1)[1].split() for ln in lines if ln.startswith("RestartPreventExitStatus=")
+    ]
+    exec_start = next(ln.split("=", 1)[1] for ln in lines if ln.startswith("ExecStart="))
+    argv = [*shlex.split(exec_start)[1:], "--resnyc", "5"]  # an operator's slip: --resync
+    argv[argv.index("/var/lib/reconcile")] = str(reconcile.state)
+    result = reconcile(*argv, common=False)
+    assert result.code == 64 and "--resync" in result.err, str(result)
+    assert [str(result.code)] in prevent, prevent
+    assert not reconcile.state.exists(), "a usage error touches nothing"
+
+
 def test_the_cron_line_runs_as_written(reconcile: Any) -> None:
     lines = [ln for ln in CRON.read_text().splitlines() if ln[:1] == "*" or ln[:1].isdigit()]
     assert len(lines) == 1, lines
