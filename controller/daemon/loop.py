@@ -484,7 +484,8 @@ class Daemon:
         # A git source's checkout is moved by the pass itself, and written by no one else.
         unchanged = None if self.config.git is not None else lambda: self._unchanged(before)
         if self._state_dir_gone():
-            self._tell(f"STATUS=pass refused: the state dir {self.config.state_dir} was replaced")
+            gone = f"state dir {self.config.state_dir} removed or replaced"
+            self._tell(f"STATUS=pass refused: {gone}")
             self.timers.after("resync", self.resync, "resync")
             return
         self._open_front()
