@@ -183,6 +183,7 @@ class Daemon:
         self.reloading = False
         self._ready_sent = False
         self._status = ""  # the last STATUS= sent: a pass that waits again says it once
+        self._refused: str | None = None  # why the last reload was refused (STATUS= says it)
         self._debounce_since: float | None = None
         self._last_change: float | None = None  # monotonic time of the last folder event seen
         self._quiet_before = True  # the changes now in motion came after a quiet spell
@@ -446,8 +447,10 @@ class Daemon:
             log.error("reload failed; keeping the old configuration", error=str(exc))
             by = f"daemon pid {os.getpid()}"
             refused.refuse(self.config.state_dir, refused.NODE_CONFIG, str(exc), by)
+            self._refused = str(exc)
         else:
             refused.clear(self.config.state_dir, refused.NODE_CONFIG)
+            self._refused = None
             fresh.interrupted = self.reconciler.interrupted
             fresh.fetched_apart = True
             fresh.liveness = self.liveness
@@ -631,7 +634,10 @@ class Daemon:
         else:
             self.timers.cancel("autoscale")
         ready = sum(r.phase is Phase.READY for r in result.ours())
-        self._tell(f"STATUS=pass {self.passes}: {ready}/{len(result.ours())} ready")
+        status = f"STATUS=pass {self.passes}: {ready}/{len(result.ours())} ready"
+        if self._refused:  # systemd takes any READY=1 for a reload done: `status` says not
+            status += f"; reload refused, the configuration before it kept: {self._refused}"
+        self._tell(status)
 
     def _tell(self, status: str) -> None:
         """READY=1 with the first pass, whether it went through or not (a lock held, the

@@ -9,6 +9,7 @@ import os
 import selectors
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -137,6 +138,36 @@ def test_a_first_pass_that_cannot_go_through_still_ends_the_start(
     went = sock.recv(4096).decode()
     assert went.startswith("STATUS=pass 1: "), went
     finish(d)
+
+
+def test_a_refused_reload_is_in_the_status_until_one_goes_through(
+    reconcile: Any, daemon: Any, finish: Any, notify_socket: tuple[socket.socket, str]
+) -> None:
+    """systemd takes the READY=1 after RELOADING=1 for a reload done (`systemctl reload`
+    exits 0): one the daemon refused (a broken node.yaml, the configuration before it
+    kept) said so in its log alone, while `systemctl status` read `pass N: 1/1 ready`."""
+    sock, path = notify_socket
+    reconcile.write("svc", command=["sleep", "600"])
+    d = daemon(env={"NOTIFY_SOCKET": path})
+    assert _until_ready(sock).startswith("READY=1\nSTATUS=pass 1: ")
+    node_file = reconcile.state / "node.yaml"
+    node_file.write_text("labels: {gpu: [h100\n")
+    d.proc.send_signal(signal.SIGHUP)
+    refused = _until_ready(sock)
+    assert "; reload refused, the configuration before it kept: " in refused, refused
+    assert f"{node_file}:" in refused and "invalid YAML" in refused, refused
+    node_file.write_text("labels: {gpu: h100}\n")
+    d.proc.send_signal(signal.SIGHUP)
+    taken = _until_ready(sock)
+    assert taken.startswith("READY=1\nSTATUS=pass ") and "refused" not in taken, taken
+    finish(d)
+
+
+def _until_ready(sock: socket.socket) -> str:
+    """The messages up to the next READY=1 (a start's, or a reload's end): that one."""
+    while not (said := sock.recv(4096).decode()).startswith("READY=1"):
+        pass
+    return said
 
 
 def _drain(sock: socket.socket) -> set[bytes]:
