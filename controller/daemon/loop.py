@@ -35,7 +35,7 @@ from controller.core.state import NEWEST_VERSION, Activation, Phase, ProcessRef,
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch, Stamp, stamps
 from controller.daemon.gitfetch import Fetcher
-from controller.daemon.notify import Notifier
+from controller.daemon.notify import Notifier, status_field
 from controller.daemon.timers import (
     WRITE_HOLD_MAX,
     WRITE_QUIET,
@@ -488,7 +488,7 @@ class Daemon:
         unchanged = None if self.config.git is not None else lambda: self._unchanged(before)
         if self._state_dir_gone():
             gone = f"state dir {self.config.state_dir} removed or replaced"
-            self._tell(f"STATUS=pass refused: {gone}")
+            self._tell(f"pass refused: {gone}")
             self.timers.after("resync", self.resync, "resync")
             return
         self._open_front()
@@ -500,32 +500,32 @@ class Daemon:
             )
         except LockTimeout as exc:
             self._say("lock", "pass waits: another pass holds the lock", reason=str(exc))
-            self._tell(f"STATUS=pass waits: {exc}")
+            self._tell(f"pass waits: {exc}")
             self.triggers.clear()
             self.timers.after("retry", LOCK_RETRY, ",".join(triggers))
             return
         except BackendUnavailable as exc:
             self._unreachable(str(exc))
-            self._tell(f"STATUS=pass failed: the cluster does not answer: {exc}")
+            self._tell(f"pass failed: the cluster does not answer: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         except StateDirReplaced as exc:  # said once; each resync looks again
             emit = log.debug if self._said.get("replaced") == str(exc) else log.error
             emit("pass refused", reason=str(exc), trigger=",".join(triggers))
             self._said["replaced"] = str(exc)
-            self._tell(f"STATUS=pass refused: {exc}")
+            self._tell(f"pass refused: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
             why = READ_ONLY_NEXT if exc.errno == errno.EROFS else IO_NEXT
             log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=why)
             self._said["io"] = str(exc)  # the pass that goes through again says so
-            self._tell(f"STATUS=pass failed: {exc}")
+            self._tell(f"pass failed: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         except ReconcileError as exc:
             log.error("pass failed", trigger=",".join(triggers), error=str(exc))
-            self._tell(f"STATUS=pass failed: {exc}")
+            self._tell(f"pass failed: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         self._said.pop("lock", None)
@@ -634,7 +634,7 @@ class Daemon:
         else:
             self.timers.cancel("autoscale")
         ready = sum(r.phase is Phase.READY for r in result.ours())
-        status = f"STATUS=pass {self.passes}: {ready}/{len(result.ours())} ready"
+        status = f"pass {self.passes}: {ready}/{len(result.ours())} ready"
         if self._refused:  # systemd takes any READY=1 for a reload done: `status` says not
             status += f"; reload refused, the configuration before it kept: {self._refused}"
         self._tell(status)
@@ -645,6 +645,7 @@ class Daemon:
         itself, but systemd, still waiting for READY=1 (at a start, or after a reload's
         RELOADING=1), killed it at TimeoutStartSec and started it again, each start failed.
         STATUS= (`systemctl status`) says how the last pass went, once per change."""
+        status = status_field(status)
         if not self._ready_sent:
             self._ready_sent = self.notifier.send("READY=1", status)
         elif status != self._status:

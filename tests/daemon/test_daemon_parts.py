@@ -140,6 +140,36 @@ def test_a_first_pass_that_cannot_go_through_still_ends_the_start(
     finish(d)
 
 
+def test_a_status_too_long_for_systemd_is_cut_not_dropped(
+    reconcile: Any, notify_socket: tuple[socket.socket, str], tmp_path: Path
+) -> None:
+    """systemd drops a notify datagram over 4096 bytes whole, READY=1 in it, and the start
+    times out: the pass lock's message names its path, so a state dir path of 3,950
+    characters (PATH_MAX is 4,096; no message of a pass is that long otherwise) made the
+    datagram over 4,100 bytes. The status is cut to fit, on one line."""
+    sock, path = notify_socket
+    reconcile.write("svc", command=["sleep", "600"])  # a pass with nothing to do takes no lock
+    state = tmp_path
+    while len(str(state)) < 3950:
+        state /= "d" * min(200, max(1, 3950 - len(str(state)) - 1))
+    state.mkdir(parents=True, mode=0o700)
+    node = ["--node", reconcile.node, "--devices", reconcile.devices]
+    argv = reconcile.argv(
+        "-f", str(reconcile.manifests), "--state-dir", str(state), *node, common=False
+    )
+    other_pass = FileLock(state / "pass.lock", what="pass lock")
+    other_pass.acquire(timeout=0)
+    try:
+        d = reconcile.spawn(argv, env={**reconcile.env, "NOTIFY_SOCKET": path})
+        first = sock.recv(65536)
+        d.send_signal(signal.SIGTERM)  # before the lock is free: it starts nothing
+        assert d.wait(timeout=30) == 0
+    finally:
+        other_pass.release()
+    assert len(first) <= 4096 and first.startswith(b"READY=1\nSTATUS=pass waits: "), first
+    assert first.count(b"\n") == 1 and first.endswith("…".encode()), first
+
+
 def test_a_refused_reload_is_in_the_status_until_one_goes_through(
     reconcile: Any, daemon: Any, finish: Any, notify_socket: tuple[socket.socket, str]
 ) -> None:
