@@ -541,6 +541,9 @@ class Daemon:
                 whole = self._settling.whole
             self._debounce(whole)
             return
+        if self.stopping and not result.records:  # the stop came before its first round
+            log.info("pass given up: the daemon stops", trigger=",".join(triggers))
+            return  # not `pass N` with no action, nor READY=1 `0/N ready`: it looked at nothing
         self._torn = None
         self.passes += 1
         took = round(time.monotonic() - started, 3)

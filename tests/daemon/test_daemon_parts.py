@@ -34,6 +34,7 @@ from watchdog.events import (
 )
 
 from controller.backends.local.runtime import LocalBackend
+from controller.cli.gateway.startlock import stopped
 from controller.core.state import ProcessRef
 from controller.daemon.engine_exits import ExitWatch
 from controller.daemon.folders import ManifestWatch
@@ -45,6 +46,7 @@ from controller.daemon.timers import (
     Timers,
     debounce_until,
 )
+from controller.failpoints import ENV as FAILPOINTS
 from controller.host.procs import identity
 from controller.store.lock import FileLock
 from controller.store.watch import _Handler
@@ -168,6 +170,26 @@ def test_a_status_too_long_for_systemd_is_cut_not_dropped(
         other_pass.release()
     assert len(first) <= 4096 and first.startswith(b"READY=1\nSTATUS=pass waits: "), first
     assert first.count(b"\n") == 1 and first.endswith("…".encode()), first
+
+
+def test_a_pass_the_stop_came_before_says_it_was_given_up(
+    reconcile: Any, daemon: Any, notify_socket: tuple[socket.socket, str]
+) -> None:
+    """A SIGTERM as the first pass began (its lock taken, nothing read: the pass ends
+    before its first round) logged `pass` n=1 with no action and told systemd READY=1
+    `pass 1: 0/0 ready`, of a folder whose manifest it never read."""
+    sock, path = notify_socket
+    reconcile.write("svc", command=["sleep", "600"])
+    d = daemon(env={"NOTIFY_SOCKET": path, FAILPOINTS: "reconciler.pass.locked=stop"})
+    try:
+        reconcile.wait_for(lambda: stopped(d.pid), what="the daemon stopped in its pass")
+        os.kill(d.pid, signal.SIGTERM)  # taken once it runs again
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    assert d.ended("SIGTERM") == 0
+    assert _drain(sock) == {b"STOPPING=1"}
+    assert not d.passes() and d.lines("pass given up: the daemon stops"), d.tail()
+    assert reconcile.pids("svc") == set()
 
 
 def test_a_refused_reload_is_in_the_status_until_one_goes_through(
