@@ -35,7 +35,7 @@ from controller.core.state import NEWEST_VERSION, Activation, Phase, ProcessRef,
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch, Stamp, stamps
 from controller.daemon.gitfetch import Fetcher
-from controller.daemon.notify import Notifier
+from controller.daemon.notify import Notifier, status_field
 from controller.daemon.timers import (
     WRITE_HOLD_MAX,
     WRITE_QUIET,
@@ -182,6 +182,8 @@ class Daemon:
         self.stopping = False
         self.reloading = False
         self._ready_sent = False
+        self._status = ""  # the last STATUS= sent: a pass that waits again says it once
+        self._refused: str | None = None  # why the last reload was refused (STATUS= says it)
         self._debounce_since: float | None = None
         self._last_change: float | None = None  # monotonic time of the last folder event seen
         self._quiet_before = True  # the changes now in motion came after a quiet spell
@@ -445,8 +447,10 @@ class Daemon:
             log.error("reload failed; keeping the old configuration", error=str(exc))
             by = f"daemon pid {os.getpid()}"
             refused.refuse(self.config.state_dir, refused.NODE_CONFIG, str(exc), by)
+            self._refused = str(exc)
         else:
             refused.clear(self.config.state_dir, refused.NODE_CONFIG)
+            self._refused = None
             fresh.interrupted = self.reconciler.interrupted
             fresh.fetched_apart = True
             fresh.liveness = self.liveness
@@ -483,6 +487,8 @@ class Daemon:
         # A git source's checkout is moved by the pass itself, and written by no one else.
         unchanged = None if self.config.git is not None else lambda: self._unchanged(before)
         if self._state_dir_gone():
+            gone = f"state dir {self.config.state_dir} removed or replaced"
+            self._tell(f"pass refused: {gone}")
             self.timers.after("resync", self.resync, "resync")
             return
         self._open_front()
@@ -494,27 +500,32 @@ class Daemon:
             )
         except LockTimeout as exc:
             self._say("lock", "pass waits: another pass holds the lock", reason=str(exc))
+            self._tell(f"pass waits: {exc}")
             self.triggers.clear()
             self.timers.after("retry", LOCK_RETRY, ",".join(triggers))
             return
         except BackendUnavailable as exc:
             self._unreachable(str(exc))
+            self._tell(f"pass failed: the cluster does not answer: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         except StateDirReplaced as exc:  # said once; each resync looks again
             emit = log.debug if self._said.get("replaced") == str(exc) else log.error
             emit("pass refused", reason=str(exc), trigger=",".join(triggers))
             self._said["replaced"] = str(exc)
+            self._tell(f"pass refused: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
             why = READ_ONLY_NEXT if exc.errno == errno.EROFS else IO_NEXT
             log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=why)
             self._said["io"] = str(exc)  # the pass that goes through again says so
+            self._tell(f"pass failed: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         except ReconcileError as exc:
             log.error("pass failed", trigger=",".join(triggers), error=str(exc))
+            self._tell(f"pass failed: {exc}")
             self.timers.after("resync", self.resync, "resync")
             return
         self._said.pop("lock", None)
@@ -530,6 +541,9 @@ class Daemon:
                 whole = self._settling.whole
             self._debounce(whole)
             return
+        if self.stopping and not result.records:  # the stop came before its first round
+            log.info("pass given up: the daemon stops", trigger=",".join(triggers))
+            return  # not `pass N` with no action, nor READY=1 `0/N ready`: it looked at nothing
         self._torn = None
         self.passes += 1
         took = round(time.monotonic() - started, 3)
@@ -623,11 +637,23 @@ class Daemon:
         else:
             self.timers.cancel("autoscale")
         ready = sum(r.phase is Phase.READY for r in result.ours())
-        status = f"STATUS=pass {self.passes}: {ready}/{len(result.ours())} ready"
+        status = f"pass {self.passes}: {ready}/{len(result.ours())} ready"
+        if self._refused:  # systemd takes any READY=1 for a reload done: `status` says not
+            status += f"; reload refused, the configuration before it kept: {self._refused}"
+        self._tell(status)
+
+    def _tell(self, status: str) -> None:
+        """READY=1 with the first pass, whether it went through or not (a lock held, the
+        state dir gone or full, the cluster away): the daemon is up and tries again by
+        itself, but systemd, still waiting for READY=1 (at a start, or after a reload's
+        RELOADING=1), killed it at TimeoutStartSec and started it again, each start failed.
+        STATUS= (`systemctl status`) says how the last pass went, once per change."""
+        status = status_field(status)
         if not self._ready_sent:
             self._ready_sent = self.notifier.send("READY=1", status)
-        else:
+        elif status != self._status:
             self.notifier.send(status)
+        self._status = status
 
     def _arm_git(self) -> None:
         """The next fetch when it is due: the interval (or a retry's back-off), not every

@@ -12,6 +12,9 @@ import socket
 from collections.abc import MutableMapping
 
 VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+# systemd ignores a whole datagram over PIPE_BUF (4096 bytes): READY=1 with it. A status
+# of this many characters (4 bytes each at most) leaves room for READY=1 beside it.
+STATUS_MAX = 1000
 
 
 class Notifier:
@@ -44,6 +47,14 @@ class Notifier:
             except OSError:
                 return False  # systemd went away: nothing the daemon can do about it
         return True
+
+
+def status_field(text: str) -> str:
+    """``STATUS=text`` on one line (a newline would start another field), cut to fit."""
+    line = " ".join(text.split())
+    if len(line) > STATUS_MAX:
+        line = line[: STATUS_MAX - 1] + "…"
+    return f"STATUS={line}"
 
 
 def _address(value: str | None) -> str | None:

@@ -9,6 +9,7 @@ import os
 import selectors
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from watchdog.events import (
 )
 
 from controller.backends.local.runtime import LocalBackend
+from controller.cli.gateway.startlock import stopped
 from controller.core.state import ProcessRef
 from controller.daemon.engine_exits import ExitWatch
 from controller.daemon.folders import ManifestWatch
@@ -44,7 +46,9 @@ from controller.daemon.timers import (
     Timers,
     debounce_until,
 )
+from controller.failpoints import ENV as FAILPOINTS
 from controller.host.procs import identity
+from controller.store.lock import FileLock
 from controller.store.watch import _Handler
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,6 +117,111 @@ def test_the_daemon_says_ready_after_its_first_pass_then_pings(
     assert b"STOPPING=1" in _drain(sock)
 
 
+def test_a_first_pass_that_cannot_go_through_still_ends_the_start(
+    reconcile: Any, daemon: Any, finish: Any, notify_socket: tuple[socket.socket, str]
+) -> None:
+    """systemd waits for READY=1 (TimeoutStartSec, 90 s), then kills the service and starts
+    it again, the start failed: a daemon whose first pass cannot go through (here another
+    process holds the pass lock; a state dir unmounted or full, the cluster away) is up all
+    the same and tries again by itself, so it says READY=1, and STATUS= says why."""
+    sock, path = notify_socket
+    reconcile.write("svc", command=["sleep", "600"])
+    reconcile.store()
+    other_pass = FileLock(reconcile.state / "pass.lock", what="pass lock")
+    other_pass.acquire(timeout=0)
+    try:
+        d = daemon(env={"NOTIFY_SOCKET": path})
+        first = sock.recv(4096).decode()  # the fixture's 30 s: before, none came at all
+        assert first.startswith("READY=1\nSTATUS=pass waits: the pass lock"), first
+        assert not d.passes() and reconcile.pids("svc") == set()
+    finally:
+        other_pass.release()
+    # The lock free, the next try goes through: STATUS= says so, with no READY=1 again.
+    went = sock.recv(4096).decode()
+    assert went.startswith("STATUS=pass 1: "), went
+    finish(d)
+
+
+def test_a_status_too_long_for_systemd_is_cut_not_dropped(
+    reconcile: Any, notify_socket: tuple[socket.socket, str], tmp_path: Path
+) -> None:
+    """systemd drops a notify datagram over 4096 bytes whole, READY=1 in it, and the start
+    times out: the pass lock's message names its path, so a state dir path of 3,950
+    characters (PATH_MAX is 4,096; no message of a pass is that long otherwise) made the
+    datagram over 4,100 bytes. The status is cut to fit, on one line."""
+    sock, path = notify_socket
+    reconcile.write("svc", command=["sleep", "600"])  # a pass with nothing to do takes no lock
+    state = tmp_path
+    while len(str(state)) < 3950:
+        state /= "d" * min(200, max(1, 3950 - len(str(state)) - 1))
+    state.mkdir(parents=True, mode=0o700)
+    node = ["--node", reconcile.node, "--devices", reconcile.devices]
+    argv = reconcile.argv(
+        "-f", str(reconcile.manifests), "--state-dir", str(state), *node, common=False
+    )
+    other_pass = FileLock(state / "pass.lock", what="pass lock")
+    other_pass.acquire(timeout=0)
+    try:
+        d = reconcile.spawn(argv, env={**reconcile.env, "NOTIFY_SOCKET": path})
+        first = sock.recv(65536)
+        d.send_signal(signal.SIGTERM)  # before the lock is free: it starts nothing
+        assert d.wait(timeout=30) == 0
+    finally:
+        other_pass.release()
+    assert len(first) <= 4096 and first.startswith(b"READY=1\nSTATUS=pass waits: "), first
+    assert first.count(b"\n") == 1 and first.endswith("…".encode()), first
+
+
+def test_a_pass_the_stop_came_before_says_it_was_given_up(
+    reconcile: Any, daemon: Any, notify_socket: tuple[socket.socket, str]
+) -> None:
+    """A SIGTERM as the first pass began (its lock taken, nothing read: the pass ends
+    before its first round) logged `pass` n=1 with no action and told systemd READY=1
+    `pass 1: 0/0 ready`, of a folder whose manifest it never read."""
+    sock, path = notify_socket
+    reconcile.write("svc", command=["sleep", "600"])
+    d = daemon(env={"NOTIFY_SOCKET": path, FAILPOINTS: "reconciler.pass.locked=stop"})
+    try:
+        reconcile.wait_for(lambda: stopped(d.pid), what="the daemon stopped in its pass")
+        os.kill(d.pid, signal.SIGTERM)  # taken once it runs again
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    assert d.ended("SIGTERM") == 0
+    assert _drain(sock) == {b"STOPPING=1"}
+    assert not d.passes() and d.lines("pass given up: the daemon stops"), d.tail()
+    assert reconcile.pids("svc") == set()
+
+
+def test_a_refused_reload_is_in_the_status_until_one_goes_through(
+    reconcile: Any, daemon: Any, finish: Any, notify_socket: tuple[socket.socket, str]
+) -> None:
+    """systemd takes the READY=1 after RELOADING=1 for a reload done (`systemctl reload`
+    exits 0): one the daemon refused (a broken node.yaml, the configuration before it
+    kept) said so in its log alone, while `systemctl status` read `pass N: 1/1 ready`."""
+    sock, path = notify_socket
+    reconcile.write("svc", command=["sleep", "600"])
+    d = daemon(env={"NOTIFY_SOCKET": path})
+    assert _until_ready(sock).startswith("READY=1\nSTATUS=pass 1: ")
+    node_file = reconcile.state / "node.yaml"
+    node_file.write_text("labels: {gpu: [h100\n")
+    d.proc.send_signal(signal.SIGHUP)
+    refused = _until_ready(sock)
+    assert "; reload refused, the configuration before it kept: " in refused, refused
+    assert f"{node_file}:" in refused and "invalid YAML" in refused, refused
+    node_file.write_text("labels: {gpu: h100}\n")
+    d.proc.send_signal(signal.SIGHUP)
+    taken = _until_ready(sock)
+    assert taken.startswith("READY=1\nSTATUS=pass ") and "refused" not in taken, taken
+    finish(d)
+
+
+def _until_ready(sock: socket.socket) -> str:
+    """The messages up to the next READY=1 (a start's, or a reload's end): that one."""
+    while not (said := sock.recv(4096).decode()).startswith("READY=1"):
+        pass
+    return said
+
+
 def _drain(sock: socket.socket) -> set[bytes]:
     sock.settimeout(0)
     out = set()
@@ -146,6 +255,24 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     about_it = [line for line in proc.stderr.splitlines() if "reconcile.service" in line]
     assert proc.returncode == 0 and not about_it, proc.stderr
     assert "Type=notify" in text and "KillMode=process" in text  # engines outlive the daemon
+
+
+def test_a_usage_error_in_execstart_is_not_restarted(reconcile: Any) -> None:
+    """`Restart=on-failure` restarts on any exit but 0: a misspelt flag in ExecStart (exit
+    64, usage) was started again every RestartSec, each start the same error, for good
+    (RestartSec=2 keeps it under the start limit's 5 in 10 s). No restart mends it, so the
+    unit names that code in RestartPreventExitStatus, and the daemon exits with it."""
+    lines = UNIT.read_text().splitlines()
+    prevent = [
+        ln.split("=", 1)[1].split() for ln in lines if ln.startswith("RestartPreventExitStatus=")
+    ]
+    exec_start = next(ln.split("=", 1)[1] for ln in lines if ln.startswith("ExecStart="))
+    argv = [*shlex.split(exec_start)[1:], "--resnyc", "5"]  # an operator's slip: --resync
+    argv[argv.index("/var/lib/reconcile")] = str(reconcile.state)
+    result = reconcile(*argv, common=False)
+    assert result.code == 64 and "--resync" in result.err, str(result)
+    assert [str(result.code)] in prevent, prevent
+    assert not reconcile.state.exists(), "a usage error touches nothing"
 
 
 def test_the_cron_line_runs_as_written(reconcile: Any) -> None:
