@@ -204,3 +204,24 @@ def test_inherited_counters_add_up_and_keep_the_shape() -> None:
     for name, family in shape(third.render()).items():
         for sample, labels in family["samples"].items():
             assert labels == pinned[name]["samples"][sample], sample
+
+
+def test_ejections_inherited_from_a_gateway_without_node_go_on_under_this_node() -> None:
+    """A gateway of an older reconcile wrote its ejections as {deployment, instance}: its
+    successor, which labels them with its node too, adds them to its own series rather
+    than keep a second one without the node (two series for one instance)."""
+    older = (
+        "# HELP reconcile_gateway_ejections_total Times passive health ejected an instance.\n"
+        "# TYPE reconcile_gateway_ejections_total counter\n"
+        'reconcile_gateway_ejections_total{deployment="web",instance="web@1"} 2.0\n'
+    )
+    newer = GatewayMetrics("box-a")
+    newer.inherit(older)
+    newer.ejected("web", "web@1")
+    found = [
+        (s.labels, s.value)
+        for f in text_string_to_metric_families(newer.render())
+        for s in f.samples
+        if s.name == "reconcile_gateway_ejections_total"
+    ]
+    assert found == [({"deployment": "web", "instance": "web@1", "node": "box-a"}, 3.0)]

@@ -41,7 +41,9 @@ Instance = tuple[str, str]  # (deployment, instance: its record's name)
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]  # sample name, sorted labels
 Carried = dict[str, dict[SampleKey, float]]  # family name -> a predecessor's samples
 LE = (*map(str, BUCKETS), "+Inf")  # the bucket bounds as the `le` label shows them
-INSTANCE = ("deployment", "instance")
+# The node too: the series carry their own `instance` (scraped with honor_labels), so
+# without it two nodes serving one deployment name would be one series in one job
+INSTANCE = ("node", "deployment", "instance")
 KEYED = ("deployment", "key")
 
 # fmt: off
@@ -101,7 +103,8 @@ class GatewayMetrics:
     """A prometheus-client collector (``collect``, all ``generate_latest`` reads) that
     does not subclass ``Collector``, so that defining it imports no prometheus_client."""
 
-    def __init__(self) -> None:
+    def __init__(self, node: str = "") -> None:
+        self.node = node  # the daemon's node name, on each per-instance series
         self.requests: defaultdict[Labels, int] = defaultdict(int)
         self.errors: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self.inflight: defaultdict[Instance, int] = defaultdict(int)
@@ -131,10 +134,17 @@ class GatewayMetrics:
                 continue
             into = carried.setdefault(family.name, {})
             for s in family.samples:
-                key = (s.name, tuple(sorted(s.labels.items())))
+                key = (s.name, tuple(sorted(self._placed(s.labels).items())))
                 into[key] = into.get(key, 0.0) + s.value
         self.carried = carried  # one assignment: a scrape sees the old or the new
         self.moves += 1
+
+    def _placed(self, labels: dict[str, str]) -> dict[str, str]:
+        """A predecessor's series labels, with our node on a per-instance one that has
+        none (a gateway of an older reconcile): one series across the upgrade."""
+        if "instance" in labels and "node" not in labels:
+            return {"node": self.node, **labels}
+        return labels
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -203,7 +213,11 @@ class GatewayMetrics:
         """In flight per instance: those it counts, and 0 for each other one routed now."""
         counted = dict(self.inflight)
         idle = {(d, i): 0 for d, found in self.known().items() for i in found}
-        return list({**idle, **counted}.items())
+        return self._on_node({**idle, **counted}.items())
+
+    def _on_node(self, series: Iterable[tuple[Instance, float | None]]) -> Series:
+        """Per-instance series with this node's name before their labels."""
+        return [((self.node, *who), value) for who, value in series]
 
     def render(self) -> str:
         from prometheus_client.exposition import generate_latest
@@ -217,7 +231,7 @@ class GatewayMetrics:
         series: dict[str, Series] = {
             f"{PREFIX}requests_total": list(self.requests.items()),
             f"{PREFIX}errors_total": list(self.errors.items()),
-            f"{PREFIX}ejections_total": list(self.ejections.items()),
+            f"{PREFIX}ejections_total": self._on_node(list(self.ejections.items())),
             f"{PREFIX}inflight": self._inflight(),
             f"{PREFIX}request_seconds": list(self.latency.items()),
             f"{PREFIX}tokens_total": list(self.tokens.items()),
@@ -225,8 +239,12 @@ class GatewayMetrics:
             f"{PREFIX}swaps_avoided_total": _per(self.swaps_avoided),
             f"{PREFIX}request_log_dropped_total": [((), self.log_dropped)],
             f"{PREFIX}fallbacks_total": list(self.fallbacks.items()),
-            "reconcile_engine_requests_waiting": [(who, e.waiting) for who, e in engines],
-            "reconcile_engine_kv_cache_usage_ratio": [(who, e.kv_cache) for who, e in engines],
+            "reconcile_engine_requests_waiting": self._on_node(
+                [(who, e.waiting) for who, e in engines]
+            ),
+            "reconcile_engine_kv_cache_usage_ratio": self._on_node(
+                [(who, e.kv_cache) for who, e in engines]
+            ),
         }
         for name in FAMILIES:  # in the table's order
             family = _family(name, series[name])
