@@ -35,7 +35,11 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
 PREFIX = "reconcile_gateway_"
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# Up to half an hour: a long generation streams for minutes, and a cold start's first
+# token waits out a model's load (minutes for a large one); past the last bound a
+# quantile reads as that bound, so one at 120 s said "120" of every longer answer.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+           300.0, 600.0, 1800.0)  # fmt: skip
 Labels = tuple[str, str]  # (deployment, key label)
 Instance = tuple[str, str]  # (deployment, instance: its record's name)
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]  # sample name, sorted labels
@@ -132,10 +136,15 @@ class GatewayMetrics:
         for family in text_string_to_metric_families(text):
             if family.type not in ("counter", "histogram"):
                 continue
+            theirs = {
+                (s.name, tuple(sorted(self._placed(s.labels).items()))): s.value
+                for s in family.samples
+            }
+            if family.type == "histogram":
+                theirs = _on_our_bounds(theirs)
             into = carried.setdefault(family.name, {})
-            for s in family.samples:
-                key = (s.name, tuple(sorted(self._placed(s.labels).items())))
-                into[key] = into.get(key, 0.0) + s.value
+            for key, value in theirs.items():
+                into[key] = into.get(key, 0.0) + value
         self.carried = carried  # one assignment: a scrape sees the old or the new
         self.moves += 1
 
@@ -250,6 +259,27 @@ class GatewayMetrics:
             family = _family(name, series[name])
             extra = carried.get(family.name)
             yield _plus(family, extra) if extra else family
+
+
+def _on_our_bounds(samples: Mapping[SampleKey, float]) -> dict[SampleKey, float]:
+    """A predecessor's histogram with a bucket on each of our bounds: one of an older
+    reconcile had fewer (none past 120 s). A bound it lacks holds its count at its
+    largest bound below (cumulative: none of its answers is known to lie between), so
+    the buckets it adds to ours still rise with the bound."""
+    out = dict(samples)
+    per_series: defaultdict[SampleKey, dict[float, float]] = defaultdict(dict)
+    for (name, labels), value in samples.items():
+        bound = dict(labels).get("le")
+        if bound is not None:
+            plain = tuple(pair for pair in labels if pair[0] != "le")
+            per_series[(name, plain)][float(bound)] = value
+    for (name, plain), counts in per_series.items():
+        for le in LE:
+            if float(le) not in counts:
+                below = [b for b in counts if b < float(le)]
+                value = counts[max(below)] if below else 0.0
+                out[(name, tuple(sorted((*plain, ("le", le)))))] = value
+    return out
 
 
 def _per(by_deployment: Mapping[str, float | _Histogram]) -> Series:
