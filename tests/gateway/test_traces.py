@@ -578,3 +578,38 @@ def test_an_endpoint_without_an_http_scheme_is_said_at_start(
     assert said["event"] == "no traces: the OTLP endpoint is not an http:// or https:// URL"
     assert said["variable"] == variable and "http://HOST:4318" in said["fix"]
     assert "hunter2" not in str(said)
+
+
+@pytest.mark.parametrize(
+    ("asked", "variable"),
+    [
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        (  # the traces' own variable wins over the general one, as the spec says
+            {
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+            },
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        ),
+    ],
+)
+def test_a_grpc_protocol_asked_is_said_at_start_and_sends_nothing(
+    reconcile: Any, gateway: Any, receiver: Receiver, asked: dict[str, str], variable: str
+) -> None:
+    """``OTEL_EXPORTER_OTLP_PROTOCOL=grpc`` (a collector's gRPC port, 4317, in the
+    endpoint) was not read: the start said "traces sent by OTLP/HTTP" and each batch went
+    by HTTP to a port that speaks gRPC, failing with a reason about the connection. The
+    gateway now says at start that only OTLP/HTTP is spoken, naming the variable and the
+    fix, and sends no traces (its registry entry names no endpoint)."""
+    reconcile.write("alpha", command=reconcile.demo_command())
+    g = gateway(env={**otel_env(receiver), **asked})
+    g.wait_phase("alpha", "Ready")
+    assert g.post("alpha").status == 200
+    said = "no traces: only OTLP/HTTP is spoken"
+    log = reconcile.wait_for(lambda: said in (t := g.text()) and t, timeout=30, what="warned")
+    (line,) = [json.loads(line) for line in log.splitlines() if said in line]
+    assert line["variable"] == variable and line["value"] == "grpc", line
+    assert "http://HOST:4318" in line["fix"] and line["level"] == "warning", line
+    assert "traces sent by OTLP/HTTP" not in log
+    assert g.serving().traces == ""
+    g.finish()
