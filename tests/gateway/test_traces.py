@@ -238,6 +238,10 @@ def test_one_request_is_one_trace_and_the_engine_gets_its_traceparent(
     assert by["wait for Ready"]["parent"] == by["routing"]["id"]
     engine = by["engine"]
     assert engine["parent"] == by["routing"]["id"] and engine["attrs"]["reconcile.instance"]
+    # the peer as OpenTelemetry's HTTP client conventions have it: where, and how asked
+    peer = {k: engine["attrs"].get(k) for k in ("server.address", "http.request.method")}
+    assert peer == {"server.address": "127.0.0.1", "http.request.method": "POST"}, engine
+    assert engine["attrs"]["server.port"] == reconcile.status("alpha")["alpha"]["port"]
     assert sent == f"00-{TRACE_ID}-{engine['id']}-01"  # the engine's parent: the engine span
     # Without a traceparent: a trace of its own, and the engine hears of it.
     answer = g.post("alpha")
