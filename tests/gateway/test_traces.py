@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -617,3 +618,45 @@ def test_a_grpc_protocol_asked_is_said_at_start_and_sends_nothing(
     assert "traces sent by OTLP/HTTP" not in log
     assert g.serving().traces == ""
     g.finish()
+
+
+def test_a_collector_that_never_answers_drops_spans_said_once_not_every_20_s(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A collector that takes the connection and never answers: the export waits out its
+    timeout while requests fill the span queue, and the SDK's batch processor said "Queue
+    full, dropping Span." under its own logger once per 20 s for as long as that lasted
+    (180 lines an hour). It is said once, as the gateway's own warning, for as long as the
+    drops go on: past a 20 s window of the SDK's, still once."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)  # connections wait in the backlog: taken, never answered
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{hole.getsockname()[1]}",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "2",  # a request's 4 spans fill it
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "1",
+    }
+    try:
+        reconcile.write("alpha", command=reconcile.demo_command())
+        g = gateway(env=env)
+        g.wait_phase("alpha", "Ready")
+        dropped = "trace spans dropped: the export queue is full"
+
+        def said() -> str | None:
+            assert g.post("alpha").status == 200  # served all along
+            return text if dropped in (text := g.text()) else None
+
+        def served_until(deadline: float) -> bool:
+            assert g.post("alpha").status == 200
+            return time.monotonic() > deadline
+
+        reconcile.wait_for(said, timeout=60, what="the drops said")
+        window = time.monotonic() + 22  # past the SDK's 20 s window: it said it again
+        reconcile.wait_for(lambda: served_until(window), timeout=120, what="requests for 22 s")
+        log = g.text()
+        assert log.count(dropped) == 1, log[-3000:]
+        assert "Queue full" not in log and "Queue is full" not in log, log[-3000:]
+        g.finish()  # the exit waits at most 5 s for the spans the collector never takes
+    finally:
+        hole.close()
