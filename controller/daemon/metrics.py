@@ -45,7 +45,10 @@ LAST_OK = "reconcile_last_successful_pass_timestamp_seconds"
 PASSES = "reconcile_passes_total"
 ACTIONS = "reconcile_actions_total"
 GIT_STATE = "reconcile_git_source_state"  # one series per state of `reconcile source`
-INSTANCE = ("deployment", "instance")  # every replica (and `@next`) of its deployment
+# every replica (and `@next`) of its deployment, on its node: the series carry their own
+# `instance` (scraped with honor_labels), so without `node` two nodes running one
+# deployment name would be one series in a job that scrapes both
+INSTANCE = ("node", "deployment", "instance")
 
 # fmt: off
 FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {  # name: type, label names, HELP
@@ -142,7 +145,7 @@ class PassFigures(Collector):
         recs = sorted(self.records, key=lambda r: r.name)
         yield family("reconcile_build_info", [((__version__,), 1)])
         yield family("reconcile_info", [((self.node, self.revision), 1)])
-        yield from _instances(recs)
+        yield from _instances(recs, self.node)
         sets = group(recs)  # per deployment, as kube-state-metrics has them
         yield family("reconcile_deployment_replicas", [((rs.name,), rs.desired) for rs in sets])
         yield family("reconcile_deployment_ready_replicas", [((rs.name,), rs.ready) for rs in sets])
@@ -164,9 +167,9 @@ class PassFigures(Collector):
             yield family(GIT_STATE, [((s,), int(s == self.git_state)) for s in states])
 
 
-def _instances(recs: list[Record]) -> Iterator[Metric]:
+def _instances(recs: list[Record], node: str) -> Iterator[Metric]:
     """Each record's series: ``sum by (deployment)`` adds a deployment's replicas up."""
-    who = [((base_name(r.name), r.name), r) for r in recs]
+    who = [((node, base_name(r.name), r.name), r) for r in recs]
     by_phase = [((str(p),), sum(r.phase is p for r in recs)) for p in Phase]
     yield family("reconcile_deployments", by_phase)
     phases = [((*w, str(p)), int(r.phase is p)) for w, r in who for p in Phase]

@@ -40,7 +40,7 @@ def events(reconcile: Any, action: str) -> list[dict[str, Any]]:
 
 def ejections(gateway: Gateway) -> int:
     """The gateway's count of ejections of instance ``m`` (its metrics)."""
-    series = 'reconcile_gateway_ejections_total{deployment="m",instance="m"} '
+    series = 'reconcile_gateway_ejections_total{deployment="m",instance="m",node=""} '
     found = [line for line in gateway.metrics_text().splitlines() if line.startswith(series)]
     return int(float(found[0].split()[-1])) if found else 0  # prometheus-client: "1.0"
 

@@ -132,6 +132,11 @@ def metrics(reconcile: Any, port: int) -> dict[str, float]:
     return {series: float(value) for series, value in found}
 
 
+def eng(reconcile: Any) -> str:
+    """The labels of instance ``eng`` of the test's node, as the text has them."""
+    return f'deployment="eng",instance="eng",node="{reconcile.node}"'
+
+
 def test_a_ready_engines_own_figures_are_exported_and_follow_it(
     reconcile: Any, gateway: Any
 ) -> None:
@@ -143,8 +148,8 @@ def test_a_ready_engines_own_figures_are_exported_and_follow_it(
     g = gateway("--metrics-port", str(port))
     g.wait_phase("eng", "Ready")
     g.wait_phase("plain", "Ready")
-    waiting = 'reconcile_engine_requests_waiting{deployment="eng",instance="eng"}'
-    kv = 'reconcile_engine_kv_cache_usage_ratio{deployment="eng",instance="eng"}'
+    waiting = f"reconcile_engine_requests_waiting{{{eng(reconcile)}}}"
+    kv = f"reconcile_engine_kv_cache_usage_ratio{{{eng(reconcile)}}}"
 
     def shown(series: str, value: float) -> bool:
         return metrics(reconcile, port).get(series) == value
@@ -311,8 +316,8 @@ def test_an_engine_whose_metrics_page_is_gzipped_when_asked_is_read(
     )
     with urllib.request.urlopen(asked, timeout=10) as page:
         assert page.headers["Content-Encoding"] == "gzip"  # the premise: gzipped when asked
-    waiting = 'reconcile_engine_requests_waiting{deployment="eng",instance="eng"}'
-    kv = 'reconcile_engine_kv_cache_usage_ratio{deployment="eng",instance="eng"}'
+    waiting = f"reconcile_engine_requests_waiting{{{eng(reconcile)}}}"
+    kv = f"reconcile_engine_kv_cache_usage_ratio{{{eng(reconcile)}}}"
     reconcile.wait_for(
         lambda: (
             metrics(reconcile, port).get(waiting) == 3 and metrics(reconcile, port).get(kv) == 0.5

@@ -92,6 +92,33 @@ def test_the_dashboard_has_what_grafana_imports() -> None:
     assert wanted | {"Device memory"} <= shown
 
 
+def shown_in(panel: dict[str, Any], ref: str) -> tuple[str, str]:
+    """The unit and the y axis a panel draws its target ``ref`` with: the panel's,
+    unless an override for that query (``byFrameRefID``) says otherwise."""
+    unit, axis = panel["fieldConfig"]["defaults"]["unit"], "auto"
+    for override in panel["fieldConfig"].get("overrides", []):
+        if override["matcher"] == {"id": "byFrameRefID", "options": ref}:
+            props = {p["id"]: p["value"] for p in override["properties"]}
+            unit = props.get("unit", unit)
+            axis = props.get("custom.axisPlacement", axis)
+    return unit, axis
+
+
+def test_a_query_in_seconds_is_drawn_in_seconds_on_an_axis_of_its_own() -> None:
+    """Every target whose answer is seconds (a ``_seconds`` series, or ``time() -`` a
+    timestamp) is drawn with the unit ``s``; beside a target of another unit in one
+    panel, on an axis of its own. "Seconds since a pass converged" was a bare number on
+    the axis of "last pass ok" (0 or 1): hundreds beside a 1, with no unit."""
+    for panel in dashboard()["panels"]:
+        units = {t["refId"]: shown_in(panel, t["refId"]) for t in panel["targets"]}
+        for target in panel["targets"]:
+            unit, axis = units[target["refId"]]
+            if "_seconds" in target["expr"] or "time() -" in target["expr"]:
+                assert unit == "s", (panel["title"], target["refId"])
+                others = {u for ref, (u, _) in units.items() if ref != target["refId"]}
+                assert others <= {"s"} or axis == "right", (panel["title"], target["refId"])
+
+
 @contextmanager
 def prometheus(reconcile: Any, metrics_port: int) -> Iterator[str]:
     """A real Prometheus scraping the daemon every second, configured from the example."""

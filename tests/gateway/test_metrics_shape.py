@@ -9,6 +9,7 @@ Regenerate only on purpose: ``RECONCILE_GOLDEN=write pytest tests/gateway/test_m
 from __future__ import annotations
 
 import json
+import math
 import os
 import urllib.request
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from controller.daemon.metrics import BeforeFirstPass, PassFigures, render
 from controller.daemon.webhooks import Sender
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.gateway.accounting.metrics import GatewayMetrics
+from controller.gateway.ui.traffic import quantile, totals
 from controller.store.config import accesstoken
 from controller.store.sources.git import source as gitsource
 
@@ -204,3 +206,70 @@ def test_inherited_counters_add_up_and_keep_the_shape() -> None:
     for name, family in shape(third.render()).items():
         for sample, labels in family["samples"].items():
             assert labels == pinned[name]["samples"][sample], sample
+
+
+def test_ejections_inherited_from_a_gateway_without_node_go_on_under_this_node() -> None:
+    """A gateway of an older reconcile wrote its ejections as {deployment, instance}: its
+    successor, which labels them with its node too, adds them to its own series rather
+    than keep a second one without the node (two series for one instance)."""
+    older = (
+        "# HELP reconcile_gateway_ejections_total Times passive health ejected an instance.\n"
+        "# TYPE reconcile_gateway_ejections_total counter\n"
+        'reconcile_gateway_ejections_total{deployment="web",instance="web@1"} 2.0\n'
+    )
+    newer = GatewayMetrics("box-a")
+    newer.inherit(older)
+    newer.ejected("web", "web@1")
+    found = [
+        (s.labels, s.value)
+        for f in text_string_to_metric_families(newer.render())
+        for s in f.samples
+        if s.name == "reconcile_gateway_ejections_total"
+    ]
+    assert found == [({"deployment": "web", "instance": "web@1", "node": "box-a"}, 3.0)]
+
+
+def _buckets(text: str, name: str) -> list[tuple[float, float]]:
+    """(bound, cumulative count) of the one series of histogram ``name``, by bound."""
+    found = [
+        (float(s.labels["le"]), s.value)
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == f"{name}_bucket"
+    ]
+    return sorted(found)
+
+
+def test_an_answer_of_minutes_is_in_a_bucket_of_its_own_not_past_the_last() -> None:
+    """A 4-minute stream and a 7-minute cold start's first token: the last bound was
+    120 s, so both were only in +Inf, and Prometheus' histogram_quantile (and the page's
+    p50) read 120 s for them; they now land under finite bounds."""
+    metrics = GatewayMetrics()
+    metrics.done("web", "k1", 200, 240.0)
+    metrics.answered("web", "k1", 420.0, 1, 1)
+    text = metrics.render()
+    for name, seconds in (("request_seconds", 240.0), ("time_to_first_token_seconds", 420.0)):
+        finite = [(le, n) for le, n in _buckets(text, f"reconcile_gateway_{name}") if n]
+        assert finite[0][0] != math.inf, name
+        assert seconds <= finite[0][0] <= 2.5 * seconds, (name, finite[0])
+    assert (quantile(0.5, totals(metrics)["web"].buckets) or 0.0) > 120.0
+
+
+def test_a_predecessors_histogram_with_fewer_bounds_keeps_the_buckets_rising() -> None:
+    """A gateway of an older reconcile (its last bound 120 s) hands over: its histogram
+    has no 300/600/1800 buckets. Added as they were, ours would read fewer answers at
+    le=300 than at le=120 (a histogram Prometheus calls broken); each bound it lacks
+    takes its count at the largest bound below."""
+    older = GatewayMetrics()
+    for seconds in (0.2, 3.0, 90.0, 200.0):
+        older.done("web", "k1", 200, seconds)
+    text = older.render()
+    old_bounds = ("300.0", "600.0", "1800.0")
+    lines = [line for line in text.splitlines() if not any(f'le="{b}"' in line for b in old_bounds)]
+    newer = GatewayMetrics()
+    newer.inherit("\n".join(lines) + "\n")
+    newer.done("web", "k1", 200, 0.2)
+    counts = [n for _, n in _buckets(newer.render(), "reconcile_gateway_request_seconds")]
+    assert counts == sorted(counts), counts  # cumulative: never falls as the bound rises
+    assert counts[-1] == 5  # +Inf: every answer, the one past 120 s of the older too
+    assert counts[-2] == 4  # le=1800: the older's 200 s answer is not known to be there

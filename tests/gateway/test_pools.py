@@ -214,7 +214,8 @@ def test_in_flight_figures_reach_the_state_dir_and_the_metrics(
         token = accesstoken.read(reconcile.state)  # /metrics wants the state dir's token
         url = f"http://127.0.0.1:{metrics_port}/metrics?token={token}"
         text = urllib.request.urlopen(url, timeout=10).read().decode()
-        line = 'reconcile_gateway_inflight{deployment="slow",instance="slow"} 2.0'
+        labels = f'deployment="slow",instance="slow",node="{reconcile.node}"'
+        line = f"reconcile_gateway_inflight{{{labels}}} 2.0"
         return line in text.splitlines()
 
     with Loop(g, "slow", extra={"stream": True}).running(clients=2) as streams:

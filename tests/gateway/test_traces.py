@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,10 @@ def test_one_request_is_one_trace_and_the_engine_gets_its_traceparent(
     assert by["wait for Ready"]["parent"] == by["routing"]["id"]
     engine = by["engine"]
     assert engine["parent"] == by["routing"]["id"] and engine["attrs"]["reconcile.instance"]
+    # the peer as OpenTelemetry's HTTP client conventions have it: where, and how asked
+    peer = {k: engine["attrs"].get(k) for k in ("server.address", "http.request.method")}
+    assert peer == {"server.address": "127.0.0.1", "http.request.method": "POST"}, engine
+    assert engine["attrs"]["server.port"] == reconcile.status("alpha")["alpha"]["port"]
     assert sent == f"00-{TRACE_ID}-{engine['id']}-01"  # the engine's parent: the engine span
     # Without a traceparent: a trace of its own, and the engine hears of it.
     answer = g.post("alpha")
@@ -578,3 +583,80 @@ def test_an_endpoint_without_an_http_scheme_is_said_at_start(
     assert said["event"] == "no traces: the OTLP endpoint is not an http:// or https:// URL"
     assert said["variable"] == variable and "http://HOST:4318" in said["fix"]
     assert "hunter2" not in str(said)
+
+
+@pytest.mark.parametrize(
+    ("asked", "variable"),
+    [
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        (  # the traces' own variable wins over the general one, as the spec says
+            {
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+            },
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        ),
+    ],
+)
+def test_a_grpc_protocol_asked_is_said_at_start_and_sends_nothing(
+    reconcile: Any, gateway: Any, receiver: Receiver, asked: dict[str, str], variable: str
+) -> None:
+    """``OTEL_EXPORTER_OTLP_PROTOCOL=grpc`` (a collector's gRPC port, 4317, in the
+    endpoint) was not read: the start said "traces sent by OTLP/HTTP" and each batch went
+    by HTTP to a port that speaks gRPC, failing with a reason about the connection. The
+    gateway now says at start that only OTLP/HTTP is spoken, naming the variable and the
+    fix, and sends no traces (its registry entry names no endpoint)."""
+    reconcile.write("alpha", command=reconcile.demo_command())
+    g = gateway(env={**otel_env(receiver), **asked})
+    g.wait_phase("alpha", "Ready")
+    assert g.post("alpha").status == 200
+    said = "no traces: only OTLP/HTTP is spoken"
+    log = reconcile.wait_for(lambda: said in (t := g.text()) and t, timeout=30, what="warned")
+    (line,) = [json.loads(line) for line in log.splitlines() if said in line]
+    assert line["variable"] == variable and line["value"] == "grpc", line
+    assert "http://HOST:4318" in line["fix"] and line["level"] == "warning", line
+    assert "traces sent by OTLP/HTTP" not in log
+    assert g.serving().traces == ""
+    g.finish()
+
+
+def test_a_collector_that_never_answers_drops_spans_said_once_not_every_20_s(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A collector that takes the connection and never answers: the export waits out its
+    timeout while requests fill the span queue, and the SDK's batch processor said "Queue
+    full, dropping Span." under its own logger once per 20 s for as long as that lasted
+    (180 lines an hour). It is said once, as the gateway's own warning, for as long as the
+    drops go on: past a 20 s window of the SDK's, still once."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)  # connections wait in the backlog: taken, never answered
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{hole.getsockname()[1]}",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "2",  # a request's 4 spans fill it
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "1",
+    }
+    try:
+        reconcile.write("alpha", command=reconcile.demo_command())
+        g = gateway(env=env)
+        g.wait_phase("alpha", "Ready")
+        dropped = "trace spans dropped: the export queue is full"
+
+        def said() -> str | None:
+            assert g.post("alpha").status == 200  # served all along
+            return text if dropped in (text := g.text()) else None
+
+        def served_until(deadline: float) -> bool:
+            assert g.post("alpha").status == 200
+            return time.monotonic() > deadline
+
+        reconcile.wait_for(said, timeout=60, what="the drops said")
+        window = time.monotonic() + 22  # past the SDK's 20 s window: it said it again
+        reconcile.wait_for(lambda: served_until(window), timeout=120, what="requests for 22 s")
+        log = g.text()
+        assert log.count(dropped) == 1, log[-3000:]
+        assert "Queue full" not in log and "Queue is full" not in log, log[-3000:]
+        g.finish()  # the exit waits at most 5 s for the spans the collector never takes
+    finally:
+        hole.close()

@@ -29,7 +29,7 @@ def counts(**at: int) -> tuple[int, ...]:
         (0.99, counts(b0=10), 0.00495),
         (0.5, counts(b0=5, b2=5), 0.005),  # the median at the first bucket's top
         (0.99, counts(b0=50, b4=50), 0.099),  # 98% of the way through 50..100 ms
-        (0.5, counts(b14=4), BUCKETS[-1]),  # past the last bound: that bound
+        (0.5, counts(**{f"b{len(BUCKETS)}": 4}), BUCKETS[-1]),  # past the last: that bound
         (0.5, counts(), None),  # no request: no figure
     ],
     ids=["p50-one-bucket", "p99-one-bucket", "p50-edge", "p99-second", "overflow", "empty"],

@@ -50,9 +50,10 @@ def value(found: dict[Any, float], name: str, **labels: str) -> float:
     return found[(name, tuple(sorted(labels.items())))]
 
 
-def of(instance: str, deployment: str | None = None) -> dict[str, str]:
-    """The labels of a per-instance series: a replica names its deployment and itself."""
-    return {"deployment": deployment or instance, "instance": instance}
+def of(instance: str, deployment: str | None = None, node: str = "n") -> dict[str, str]:
+    """The labels of a per-instance series: a replica names its node (one_pass's "n"),
+    its deployment and itself."""
+    return {"node": node, "deployment": deployment or instance, "instance": instance}
 
 
 def test_metrics_file_after_each_pass(reconcile: Any) -> None:
@@ -66,8 +67,9 @@ def test_metrics_file_after_each_pass(reconcile: Any) -> None:
     found = samples(prom.read_text())
     assert value(found, "reconcile_deployments", phase="Pending") == 1
     assert sum(value(found, "reconcile_deployments", phase=str(p)) for p in Phase) == 2
-    assert value(found, "reconcile_deployment_phase", **of("huge"), phase="Pending") == 1
-    assert value(found, "reconcile_deployment_restarts_total", **of("web")) == 0
+    huge, web = of("huge", node=rc.node), of("web", node=rc.node)
+    assert value(found, "reconcile_deployment_phase", **huge, phase="Pending") == 1
+    assert value(found, "reconcile_deployment_restarts_total", **web) == 0
     assert value(found, "reconcile_devices", kind="nvidia", state="held") == 1
     assert value(found, "reconcile_devices", kind="nvidia", state="free") == 1
     assert value(found, "reconcile_last_pass_ok") == 0
@@ -96,7 +98,7 @@ def test_metrics_file_after_each_pass(reconcile: Any) -> None:
     assert value(found, "reconcile_last_successful_pass_timestamp_seconds") == ok_at
     assert value(found, "reconcile_passes_total") >= 3  # carried over the file: cron passes
     assert value(found, "reconcile_actions_total", action="start", outcome="ok") == 1
-    assert value(found, "reconcile_deployment_ready", **of("web")) == 1
+    assert value(found, "reconcile_deployment_ready", **web) == 1
     rc.down()
 
 

@@ -70,7 +70,8 @@ def test_names_types_and_values() -> None:
     assert samples[("reconcile_passes_total", ())] == 7
     failed = ("reconcile_actions_total", (("action", "start"), ("outcome", "failed")))
     assert samples[failed] == 1
-    web = ("reconcile_deployment_restarts_total", (("deployment", "web"), ("instance", "web")))
+    labels = (("deployment", "web"), ("instance", "web"), ("node", "n"))
+    web = ("reconcile_deployment_restarts_total", labels)
     assert samples[web] == 2
     assert samples[("reconcile_last_successful_pass_timestamp_seconds", ())] == 0
 

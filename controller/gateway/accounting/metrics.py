@@ -35,13 +35,19 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
 PREFIX = "reconcile_gateway_"
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# Up to half an hour: a long generation streams for minutes, and a cold start's first
+# token waits out a model's load (minutes for a large one); past the last bound a
+# quantile reads as that bound, so one at 120 s said "120" of every longer answer.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+           300.0, 600.0, 1800.0)  # fmt: skip
 Labels = tuple[str, str]  # (deployment, key label)
 Instance = tuple[str, str]  # (deployment, instance: its record's name)
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]  # sample name, sorted labels
 Carried = dict[str, dict[SampleKey, float]]  # family name -> a predecessor's samples
 LE = (*map(str, BUCKETS), "+Inf")  # the bucket bounds as the `le` label shows them
-INSTANCE = ("deployment", "instance")
+# The node too: the series carry their own `instance` (scraped with honor_labels), so
+# without it two nodes serving one deployment name would be one series in one job
+INSTANCE = ("node", "deployment", "instance")
 KEYED = ("deployment", "key")
 
 # fmt: off
@@ -101,7 +107,8 @@ class GatewayMetrics:
     """A prometheus-client collector (``collect``, all ``generate_latest`` reads) that
     does not subclass ``Collector``, so that defining it imports no prometheus_client."""
 
-    def __init__(self) -> None:
+    def __init__(self, node: str = "") -> None:
+        self.node = node  # the daemon's node name, on each per-instance series
         self.requests: defaultdict[Labels, int] = defaultdict(int)
         self.errors: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self.inflight: defaultdict[Instance, int] = defaultdict(int)
@@ -129,12 +136,24 @@ class GatewayMetrics:
         for family in text_string_to_metric_families(text):
             if family.type not in ("counter", "histogram"):
                 continue
+            theirs = {
+                (s.name, tuple(sorted(self._placed(s.labels).items()))): s.value
+                for s in family.samples
+            }
+            if family.type == "histogram":
+                theirs = _on_our_bounds(theirs)
             into = carried.setdefault(family.name, {})
-            for s in family.samples:
-                key = (s.name, tuple(sorted(s.labels.items())))
-                into[key] = into.get(key, 0.0) + s.value
+            for key, value in theirs.items():
+                into[key] = into.get(key, 0.0) + value
         self.carried = carried  # one assignment: a scrape sees the old or the new
         self.moves += 1
+
+    def _placed(self, labels: dict[str, str]) -> dict[str, str]:
+        """A predecessor's series labels, with our node on a per-instance one that has
+        none (a gateway of an older reconcile): one series across the upgrade."""
+        if "instance" in labels and "node" not in labels:
+            return {"node": self.node, **labels}
+        return labels
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -203,7 +222,11 @@ class GatewayMetrics:
         """In flight per instance: those it counts, and 0 for each other one routed now."""
         counted = dict(self.inflight)
         idle = {(d, i): 0 for d, found in self.known().items() for i in found}
-        return list({**idle, **counted}.items())
+        return self._on_node({**idle, **counted}.items())
+
+    def _on_node(self, series: Iterable[tuple[Instance, float | None]]) -> Series:
+        """Per-instance series with this node's name before their labels."""
+        return [((self.node, *who), value) for who, value in series]
 
     def render(self) -> str:
         from prometheus_client.exposition import generate_latest
@@ -217,7 +240,7 @@ class GatewayMetrics:
         series: dict[str, Series] = {
             f"{PREFIX}requests_total": list(self.requests.items()),
             f"{PREFIX}errors_total": list(self.errors.items()),
-            f"{PREFIX}ejections_total": list(self.ejections.items()),
+            f"{PREFIX}ejections_total": self._on_node(list(self.ejections.items())),
             f"{PREFIX}inflight": self._inflight(),
             f"{PREFIX}request_seconds": list(self.latency.items()),
             f"{PREFIX}tokens_total": list(self.tokens.items()),
@@ -225,13 +248,38 @@ class GatewayMetrics:
             f"{PREFIX}swaps_avoided_total": _per(self.swaps_avoided),
             f"{PREFIX}request_log_dropped_total": [((), self.log_dropped)],
             f"{PREFIX}fallbacks_total": list(self.fallbacks.items()),
-            "reconcile_engine_requests_waiting": [(who, e.waiting) for who, e in engines],
-            "reconcile_engine_kv_cache_usage_ratio": [(who, e.kv_cache) for who, e in engines],
+            "reconcile_engine_requests_waiting": self._on_node(
+                [(who, e.waiting) for who, e in engines]
+            ),
+            "reconcile_engine_kv_cache_usage_ratio": self._on_node(
+                [(who, e.kv_cache) for who, e in engines]
+            ),
         }
         for name in FAMILIES:  # in the table's order
             family = _family(name, series[name])
             extra = carried.get(family.name)
             yield _plus(family, extra) if extra else family
+
+
+def _on_our_bounds(samples: Mapping[SampleKey, float]) -> dict[SampleKey, float]:
+    """A predecessor's histogram with a bucket on each of our bounds: one of an older
+    reconcile had fewer (none past 120 s). A bound it lacks holds its count at its
+    largest bound below (cumulative: none of its answers is known to lie between), so
+    the buckets it adds to ours still rise with the bound."""
+    out = dict(samples)
+    per_series: defaultdict[SampleKey, dict[float, float]] = defaultdict(dict)
+    for (name, labels), value in samples.items():
+        bound = dict(labels).get("le")
+        if bound is not None:
+            plain = tuple(pair for pair in labels if pair[0] != "le")
+            per_series[(name, plain)][float(bound)] = value
+    for (name, plain), counts in per_series.items():
+        for le in LE:
+            if float(le) not in counts:
+                below = [b for b in counts if b < float(le)]
+                value = counts[max(below)] if below else 0.0
+                out[(name, tuple(sorted((*plain, ("le", le)))))] = value
+    return out
 
 
 def _per(by_deployment: Mapping[str, float | _Histogram]) -> Series:

@@ -29,6 +29,10 @@ log = get_logger("reconcile")
 
 SERVICE = "reconcile-gateway"  # the resource's service.name unless OTEL_SERVICE_NAME says
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+PROTOCOLS = ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+# What the exporter speaks: OTLP/HTTP, protobuf (a collector's HTTP port takes JSON or
+# protobuf alike, so http/json is served too); not gRPC
+SPOKEN = ("http/protobuf", "http/json")
 CLOSE_WAIT = 5.0  # seconds the gateway's exit waits for the last spans (a receiver down)
 Attributes = Mapping[str, str | int | float | bool]
 NOTHING: AbstractContextManager[None] = nullcontext()  # reusable: the no-op span, shared
@@ -131,6 +135,10 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Tracing:
     if unusable is not None:
         log.warning("no traces: the OTLP endpoint is not an http:// or https:// URL", **unusable)
         return Tracing()
+    unspoken = _unspoken_protocol(environ)
+    if unspoken is not None:
+        log.warning("no traces: only OTLP/HTTP is spoken, not the protocol asked", **unspoken)
+        return Tracing()
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -166,6 +174,22 @@ def _unusable_endpoint(environ: Mapping[str, str]) -> dict[str, str] | None:
         "variable": name,
         "value": redact_url(environ[name].strip()),
         "fix": f"give {name} the collector's OTLP/HTTP URL, e.g. http://HOST:4318",
+    }
+
+
+def _unspoken_protocol(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """What to say of an OTLP protocol asked that the exporter does not speak (``grpc``):
+    it was not read, so spans went by HTTP to what is, as asked, a gRPC port, each batch
+    failing with a reason about the connection while the start said traces were sent.
+    None when it is spoken (or unset: http/protobuf, the spec's default)."""
+    name = next((n for n in reversed(PROTOCOLS) if environ.get(n, "").strip()), None)
+    if name is None or environ[name].strip().lower() in SPOKEN:
+        return None
+    return {
+        "variable": name,
+        "value": environ[name].strip()[:64],
+        "fix": f"unset {name} (or set http/protobuf) and name the collector's OTLP/HTTP "
+        "port in OTEL_EXPORTER_OTLP_ENDPOINT, e.g. http://HOST:4318",
     }
 
 

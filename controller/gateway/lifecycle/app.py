@@ -83,7 +83,7 @@ class Gateway:
         self.settings = settings
         self.keys = keys_mod.load(settings.api_keys) if settings.api_keys else None
         self.tls = _tls(settings)
-        self.metrics = GatewayMetrics()
+        self.metrics = GatewayMetrics(settings.node)
         self.tracing = tracing.from_env()  # no-op unless OTEL_* asks (and the extra is here)
         self.requests = RequestLog(
             requestlog.path_in(settings.state_dir),
