@@ -13,6 +13,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from kubelet_expand import container_argv, container_env
 from kubernetes_validate import utils as kv_utils
 from strategies import deployment
 
@@ -180,6 +181,21 @@ def test_a_command_fills_placeholders_for_the_pod() -> None:
     # No GPU asked for: the fence that keeps it off any GPU still holds in a pod.
     assert {"name": "CUDA_VISIBLE_DEVICES", "value": ""} in c["env"]
     assert "resources" not in c
+
+
+# Locally an argv and an environment reach the engine as written; the kubelet expands
+# `$(VAR)` (PORT is one of the pod's) and reads `$$` as `$`.
+DOLLARS = ("$$", "$(PORT)", "$(date)", "${HOME}", "a$", "$(unclosed", "$$(PORT)", "$")
+
+
+def test_dollars_reach_the_pods_program_as_written_not_as_the_kubelet_expands_them() -> None:
+    command = ["sh", "-c", " ".join(DOLLARS), *DOLLARS]
+    env = {"A": "1", "B": "$(A)", "C": "pa$$word", "D": "$(PORT)"}
+    dep = deployment("dollars", command=command, env=env, image=STAND_IN_IMAGE)
+    c = container(export(dep))
+    assert container_argv(c) == command
+    assert {k: container_env(c)[k] for k in env} == env
+    kubernetes_validate.validate(by_kind(export(dep))["Deployment"], VERSIONS[-1], strict=True)
 
 
 def test_without_a_probe_there_is_none() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.kubernetes import exportpull
+from controller.core.kubernetes.kubelet import literal
 from controller.core.manifest.labelsyntax import key_problem, value_problem
 from controller.core.manifest.specs import (
     Deployment,
@@ -764,9 +765,10 @@ def _container(deployment: Deployment) -> Object:
     container: Object = {
         "name": deployment.name,
         "image": image_of(spec),
-        "command": [rendered.argv[0]],
-        "args": list(rendered.argv[1:]),
-        "env": [{"name": k, "value": v} for k, v in _env(spec, rendered).items()],
+        # The kubelet would expand `$(VAR)` and `$$` in these; locally nothing does.
+        "command": [literal(rendered.argv[0])],
+        "args": [literal(a) for a in rendered.argv[1:]],
+        "env": [{"name": k, "value": literal(v)} for k, v in _env(spec, rendered).items()],
         "ports": [{"name": PORT_NAME, "containerPort": _port(spec), "protocol": "TCP"}],
     }
     if spec.env_from:  # the values are the node's: the cluster's come from a Secret
