@@ -413,6 +413,37 @@ def test_a_label_kubernetes_cannot_hold_is_refused_unless_lossy(version: str) ->
     assert "owner" not in pod_labels and "Team Name" not in pod_labels
 
 
+def test_a_label_the_export_sets_itself_is_refused_unless_lossy_not_overwritten() -> None:
+    """app.kubernetes.io/name and managed-by are the selector's: a user's other value was
+    replaced without a word (`managed-by: argocd` gone from every object)."""
+    labels = {
+        "app.kubernetes.io/name": "chat",
+        "app.kubernetes.io/managed-by": "argocd",
+        "app.kubernetes.io/instance": "prod",
+    }
+    plain = deployment("web", image=STAND_IN_IMAGE)
+    dep = plain.model_copy(
+        update={"metadata": plain.metadata.model_copy(update={"labels": labels})}
+    )
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    fields = [p.field for p in info.value.problems]
+    assert fields == [("metadata", "labels", k) for k in list(labels)[:2]]
+    assert "'argocd'" in info.value.problems[1].message
+    exported = export(dep, lossy=True)
+    assert [p.field for p in exported.dropped] == fields
+    assert by_kind(exported)["Service"]["metadata"]["labels"] == {
+        "app.kubernetes.io/instance": "prod",
+        "app.kubernetes.io/name": "web",
+        "app.kubernetes.io/managed-by": "reconcile",
+    }
+    same = {"app.kubernetes.io/name": "web", "app.kubernetes.io/managed-by": "reconcile"}
+    agreeing = plain.model_copy(
+        update={"metadata": plain.metadata.model_copy(update={"labels": same})}
+    )
+    assert export(agreeing).dropped == ()
+
+
 def test_amd_without_an_image_is_refused() -> None:
     dep = deployment(
         "r", engine="vllm", command=None, model="m", devices={"count": 1, "kind": "amd"}

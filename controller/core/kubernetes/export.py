@@ -397,6 +397,24 @@ def _label_problems(deployment: Deployment) -> list[ExportGap]:
             fix = "rename it or change its value"
             gap = ExportGap(("metadata", "labels", key), message, True, fix, "leave it out")
             out.append(gap)
+    return out + _own_label_problems(deployment)
+
+
+def _own_label_problems(deployment: Deployment) -> list[ExportGap]:
+    """A label the export sets itself, given another value: the selector and the Service
+    match the pods by these, so the user's value cannot be kept (refused, or left out)."""
+    out = []
+    for key, ours in _selector(deployment).items():
+        value = deployment.metadata.labels.get(key)
+        if value is not None and value != ours:
+            message = (
+                f"no Kubernetes form: the export sets {key}: {ours} on every object, and "
+                f"the Service (and a Deployment's selector) match the pods by it, so "
+                f"{value!r} cannot be kept"
+            )
+            fix = "remove it (or use another label)"
+            gap = ExportGap(("metadata", "labels", key), message, True, fix, "leave it out")
+            out.append(gap)
     return out
 
 
