@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -662,6 +663,30 @@ def test_the_secrets_hint_is_kubectls_from_the_files_and_says_its_dialect() -> N
     token = {n.field: n.message for n in plain.notes}[("spec", "source")]
     assert "`kubectl create secret generic hf-token --from-file=token=FILE`" in token, token
     assert "never on the command line" in token
+
+
+def test_each_secrets_hint_creates_it_in_the_namespace_the_pod_is_exported_to() -> None:
+    """With --namespace the pod reads its Secrets there: a hint without it made them in
+    kubectl's default namespace, and the pod stayed in CreateContainerConfigError."""
+    url = "https://user:pw@models.example.org/m.gguf"
+    keyed = {"url": url, "sha256": "a" * 64}
+    hub = {"huggingFace": {"repo": "org/model"}}
+    deps = [
+        deployment("web", image=STAND_IN_IMAGE, envFrom=[{"file": "/etc/x.env"}]),
+        deployment("pull", image=STAND_IN_IMAGE, source=keyed),
+        deployment("hub", image=STAND_IN_IMAGE, source=hub),
+    ]
+    hints = []
+    for dep in deps:
+        for note in export(dep, namespace="llm").notes:
+            hints += re.findall(r"`(kubectl create secret[^`]*)`", note.message)
+    assert [h.split()[4:7] for h in hints] == [
+        ["--namespace", "llm", "web-env"],
+        ["--namespace", "llm", "pull-source"],
+        ["--namespace", "llm", "hf-token"],
+    ]
+    for dep in deps:  # no --namespace: kubectl's context namespace, where the objects go
+        assert "--namespace" not in " ".join(n.message for n in export(dep).notes)
 
 
 def test_a_node_selector_becomes_the_pods() -> None:

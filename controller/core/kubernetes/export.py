@@ -124,8 +124,8 @@ def export(
         _service(pod_deployment, namespace),
     )
     notes = ((_HPA_NOTE,) if scaler else ()) + ((_PRIORITY_NOTE,) if ranked else ())
-    notes += _source_notes(deployment)
-    notes += _secret_notes(deployment, folder) + _volume_notes(deployment.spec)
+    notes += _source_notes(deployment, namespace)
+    notes += _secret_notes(deployment, folder, namespace) + _volume_notes(deployment.spec)
     notes += _ollama_notes(deployment.spec) + _local_model_notes(deployment.spec)
     notes += _alias_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
@@ -200,7 +200,7 @@ _PRIORITY_NOTE = ExportGap(
 )
 
 
-def _source_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
+def _source_notes(deployment: Deployment, namespace: str | None) -> tuple[ExportGap, ...]:
     spec = deployment.spec
     source = spec.source
     if source is None:
@@ -211,19 +211,19 @@ def _source_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
         f"shared volume named {exportpull.VOLUME} instead to pull once)"
     )
     if source.hugging_face is not None and "HF_TOKEN" not in spec.env:
-        text += _token_note(deployment)
+        text += _token_note(deployment, namespace)
     secret = exportpull.url_secret(deployment.name, source)
     if secret is not None:
         text += (
             f"; source.url holds a password or token, so the pod reads it from the Secret "
             f"{secret} (key url), which is not exported: create it from a file holding the "
-            f"URL alone (`kubectl create secret generic {secret} --from-file=url=FILE`), "
+            f"URL alone (`{_create_secret(namespace)} {secret} --from-file=url=FILE`), "
             "never on the command line"
         )
     return (ExportGap(("spec", "source"), text, droppable=False),)
 
 
-def _token_note(deployment: Deployment) -> str:
+def _token_note(deployment: Deployment, namespace: str | None) -> str:
     """Where the download's HF_TOKEN comes from: the engine's envFrom Secret when it has
     one (the pull sees what the engine sees), else the optional shared one."""
     if deployment.spec.env_from:
@@ -234,9 +234,16 @@ def _token_note(deployment: Deployment) -> str:
     return (
         f"; HF_TOKEN comes from the Secret {exportpull.TOKEN_SECRET} (key token) if it "
         "exists: for a gated or private repo, create it from a file holding the token "
-        f"alone (`kubectl create secret generic {exportpull.TOKEN_SECRET} "
+        f"alone (`{_create_secret(namespace)} {exportpull.TOKEN_SECRET} "
         "--from-file=token=FILE`), never on the command line"
     )
+
+
+def _create_secret(namespace: str | None) -> str:
+    """The hint's kubectl command: in the namespace the objects were exported to, where the
+    pod looks for its Secret (kubectl's own default is the context's namespace)."""
+    where = f" --namespace {shlex.quote(namespace)}" if namespace is not None else ""
+    return f"kubectl create secret generic{where}"
 
 
 def secret_name(name: str) -> str:
@@ -244,7 +251,9 @@ def secret_name(name: str) -> str:
     return f"{name}-env"
 
 
-def _secret_notes(deployment: Deployment, folder: str | None) -> tuple[ExportGap, ...]:
+def _secret_notes(
+    deployment: Deployment, folder: str | None, namespace: str | None
+) -> tuple[ExportGap, ...]:
     """envFrom's files stay on the node: the pod reads a Secret the user creates, with
     kubectl from the same files (a sopsFile through a pipe), so no value is ever on a
     command line (shell history, `ps`) or in a clear file."""
@@ -255,7 +264,7 @@ def _secret_notes(deployment: Deployment, folder: str | None) -> tuple[ExportGap
     name = secret_name(deployment.name)
     text = (
         f"exported as envFrom: secretRef {name}, which is not exported (no value leaves "
-        f"the node): create it from the same files with `kubectl create secret generic "
+        f"the node): create it from the same files with `{_create_secret(namespace)} "
         f"{name} {sources}` (bash); kubectl takes each line as KEY=VALUE as written (a "
         "line starting with `export` is refused, quotes stay in the value), so write the "
         "files' lines bare for both"
