@@ -5,9 +5,13 @@ and specs with no faithful form are refused (or dropped with --lossy).
 
 from __future__ import annotations
 
+import http.server
 import math
 import os
 import re
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -331,6 +335,72 @@ def test_a_liveness_probe_is_exported_as_kubernetes_means_it() -> None:
         "timeoutSeconds": 1,
         "failureThreshold": 3,
     }
+
+
+class KeyedEngine(http.server.BaseHTTPRequestHandler):
+    """vLLM's rule: /v1/... answers 401 without the API key."""
+
+    def do_GET(self) -> None:
+        keyed = self.path.startswith("/v1/")
+        allowed = not keyed or self.headers.get("Authorization") == "Bearer sk-test"
+        self.send_response(200 if allowed else 401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def kubelet_probe(port: int, probe: dict[str, Any]) -> int:
+    """What the kubelet's httpGet check does: GET the path with the probe's headers."""
+    get = probe["httpGet"]
+    headers = {h["name"]: h["value"] for h in get.get("httpHeaders", [])}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{get['path']}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            status: int = answer.status
+    except urllib.error.HTTPError as refused:
+        status = refused.code
+    return status
+
+
+@pytest.mark.parametrize(
+    "key", [{"args": ["--api-key", "sk-test"]}, {"env": {"VLLM_API_KEY": "sk-test"}}]
+)
+def test_a_probe_of_an_engine_with_an_api_key_presents_it_as_ours_do(key: dict[str, Any]) -> None:
+    """A probe path behind the key (/v1/models) answered the pod's probes 401 (reconcile's
+    present the key): the pod was never Ready, and its startupProbe restarted it."""
+    probes = {"readiness": {"httpGet": {"path": "/v1/models"}},
+              "livenessProbe": {"httpGet": {"path": "/v1/models"}}}  # fmt: skip
+    dep = deployment("keyed", engine="vllm", command=None, model="m/x", devices={"count": 1},
+                     **probes, **key)  # fmt: skip
+    exported = export(dep)
+    box = container(exported)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), KeyedEngine)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for name in ("readinessProbe", "startupProbe", "livenessProbe"):
+            assert kubelet_probe(server.server_address[1], box[name]) == 200, name
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=60)
+    kubernetes_validate.validate(by_kind(exported)["Deployment"], VERSIONS[-1], strict=True)
+    keyless = container(export(deployment("open", engine="vllm", command=None, model="m/x",
+                                          devices={"count": 1}, **probes)))  # fmt: skip
+    assert "httpHeaders" not in keyless["readinessProbe"]["httpGet"]
+
+
+def test_a_probe_behind_a_key_the_pod_reads_from_a_secret_is_said() -> None:
+    """A key in the envFrom Secret is not the export's to copy into a probe: it says so."""
+    secret = {"envFrom": [{"file": "/etc/reconcile/vllm.env"}]}
+    spec = {"engine": "vllm", "command": None, "model": "m/x", "devices": {"count": 1}}
+    guarded = deployment("web", readiness={"httpGet": {"path": "/v1/models"}}, **spec, **secret)
+    notes = [n.message for n in export(guarded).notes if "VLLM_API_KEY" in n.message]
+    assert len(notes) == 1 and "GET /v1/models" in notes[0] and "(/health)" in notes[0]
+    for quiet in (deployment("web", **spec, **secret), deployment("web", **spec)):
+        assert not [n for n in export(quiet).notes if "VLLM_API_KEY" in n.message]
 
 
 @pytest.mark.parametrize("where", ["readiness", "livenessProbe"])

@@ -20,6 +20,8 @@ from typing import Any
 
 from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
+from controller.core.engines.apikey import ENV as KEY_VARIABLES
+from controller.core.engines.apikey import api_key
 from controller.core.kubernetes import exportpull
 from controller.core.kubernetes.kubelet import literal
 from controller.core.manifest.labelsyntax import key_problem, value_problem
@@ -127,7 +129,7 @@ def export(
     notes += _source_notes(deployment, namespace)
     notes += _secret_notes(deployment, folder, namespace) + _volume_notes(deployment.spec)
     notes += _ollama_notes(deployment.spec) + _local_model_notes(deployment.spec)
-    notes += _alias_notes(deployment.spec)
+    notes += _alias_notes(deployment.spec) + _secret_key_notes(pod_deployment)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -327,6 +329,29 @@ def _alias_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         "LiteLLM's model aliases)"
     )
     return (ExportGap(("spec", "aliases"), text, droppable=False),)
+
+
+def _secret_key_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
+    """An API key the engine may read from envFrom's Secret: a pass reads the files and
+    its probes present the key; a pod's probe reads no Secret, so a probe of a path the
+    engine keeps behind the key would fail (the recipes' /health is left open)."""
+    spec = deployment.spec
+    variable = KEY_VARIABLES.get(spec.engine)
+    if variable is None or not spec.env_from or api_key(spec.engine, spec.args, spec.env):
+        return ()
+    rendered = _rendered(deployment)
+    checks = (rendered.probe, rendered.liveness)
+    paths = {c.http[0][0] for c in checks if c is not None and c.http and not c.completion}
+    guarded = sorted(p for p in paths if not p.startswith("/health"))
+    if not guarded:
+        return ()
+    text = (
+        f"if the Secret of spec.envFrom sets {variable}, the engine keeps its API behind "
+        f"that key, which reconcile's probes present and a pod's cannot (a probe reads no "
+        f"Secret): the pod's probes GET {', '.join(guarded)}, so probe a path the engine "
+        "leaves open (/health) instead"
+    )
+    return (ExportGap(("spec", "envFrom"), text, droppable=False),)
 
 
 def _ollama_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
@@ -816,7 +841,7 @@ def _container(deployment: Deployment) -> Object:
         mounts.append(exportpull.volume_mount())
     if mounts:
         container["volumeMounts"] = mounts
-    container.update(_probes(rendered))
+    container.update(_probes(rendered, api_key(spec.engine, spec.args, spec.env)))
     return container
 
 
@@ -826,13 +851,14 @@ def _env(spec: DeploymentSpec, rendered: Rendered) -> dict[str, str]:
     return {k: v for k, v in rendered.env.items() if k not in VISIBILITY}
 
 
-def _probes(rendered: Rendered) -> Object:
+def _probes(rendered: Rendered, key: str) -> Object:
     """readinessProbe, and a startupProbe: failureThreshold * periodSeconds >= the deadline;
-    the livenessProbe as it is (Kubernetes' meaning is ours)."""
+    the livenessProbe as it is (Kubernetes' meaning is ours). ``key``: the API key the
+    engine demands (its spec's --api-key or variable), which our probes present here."""
     period = max(1, math.ceil(rendered.probe.period_seconds))  # Kubernetes counts whole seconds
     failures = max(1, math.ceil(rendered.deadline_seconds / period))
-    readiness = _probe(rendered.probe, periodSeconds=period)
-    startup = _probe(rendered.probe, periodSeconds=period, failureThreshold=failures)
+    readiness = _probe(rendered.probe, key, periodSeconds=period)
+    startup = _probe(rendered.probe, key, periodSeconds=period, failureThreshold=failures)
     out: Object = {}
     if readiness is not None and startup is not None:  # none: ready once it runs
         out = {"readinessProbe": readiness, "startupProbe": startup}
@@ -842,6 +868,7 @@ def _probes(rendered: Rendered) -> Object:
         if live is None
         else _probe(
             live,
+            key,
             periodSeconds=max(1, math.ceil(live.period_seconds)),
             timeoutSeconds=max(1, math.ceil(live.timeout_seconds)),
             failureThreshold=live.failure_threshold,
@@ -852,16 +879,22 @@ def _probes(rendered: Rendered) -> Object:
     return out
 
 
-def _probe(probe: ProbeConfig, **settings: int) -> Object | None:
+def _probe(probe: ProbeConfig, key: str, **settings: int) -> Object | None:
     """The first HTTP check (a pod cannot match a body), else TCP, else none (a completion
-    has no pod form: refused unless --lossy, see problems_of).
+    has no pod form: refused unless --lossy, see problems_of). An engine given an API key
+    answers 401 without it on a path it keeps behind the key (vLLM's /v1/...), so the
+    check presents it, as ours do (host/probes.py): it is in the spec's args or env, and
+    so in the pod's, already.
 
     Built afresh for each probe: shared dicts would print as YAML anchors.
     """
     if probe.completion:
         return None
     if probe.http:
-        return {"httpGet": {"path": probe.http[0][0], "port": PORT_NAME}, **settings}
+        get: Object = {"path": probe.http[0][0], "port": PORT_NAME}
+        if key:
+            get["httpHeaders"] = [{"name": "Authorization", "value": f"Bearer {key}"}]
+        return {"httpGet": get, **settings}
     if probe.tcp:
         return {"tcpSocket": {"port": PORT_NAME}, **settings}
     return None
