@@ -930,6 +930,21 @@ def test_a_model_path_no_volume_of_the_pod_holds_is_said() -> None:
     assert export(hub).notes == ()
 
 
+@pytest.mark.parametrize(
+    ("engine", "flag"), [("llama-cpp", "--api-key-file"), ("vllm", "--config")]
+)
+def test_a_file_the_args_name_on_this_node_is_said(engine: str, flag: str) -> None:
+    """llama.cpp's key file and vLLM's flags file are read at the engine's start: a pod
+    without them does not start, and nothing said so."""
+    spec = {"engine": engine, "command": None, "model": "/srv/m", "devices": {"count": 1}}
+    dep = deployment("web", args=[flag, "/etc/llm/file"], **spec)
+    notes = [n for n in export(dep).notes if n.field == ("spec", "args")]
+    assert len(notes) == 1 and f"{flag} /etc/llm/file" in notes[0].message
+    mounted = {"image": "x:1", "volumes": ["/etc/llm:/etc/llm:ro", "/srv:/srv"]}
+    held = deployment("web", args=[f"{flag}=/etc/llm/file"], container=mounted, **spec)
+    assert not [n for n in export(held).notes if n.field == ("spec", "args")]
+
+
 def test_aliases_the_gateway_routes_are_said_to_have_no_cluster_form() -> None:
     """Here a request for an alias reaches the deployment through the gateway; a
     Service has no such names: they were lost without a word."""

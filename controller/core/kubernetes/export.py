@@ -22,6 +22,7 @@ from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.engines.apikey import ENV as KEY_VARIABLES
 from controller.core.engines.apikey import api_key
+from controller.core.engines.spelling import value_of
 from controller.core.kubernetes import exportpull
 from controller.core.kubernetes.kubelet import literal
 from controller.core.manifest.labelsyntax import key_problem, value_problem
@@ -129,6 +130,7 @@ def export(
     notes += _source_notes(deployment, namespace)
     notes += _secret_notes(deployment, folder, namespace) + _volume_notes(deployment.spec)
     notes += _ollama_notes(deployment.spec) + _local_model_notes(deployment.spec)
+    notes += _arg_file_notes(deployment.spec)
     notes += _alias_notes(deployment.spec) + _secret_key_notes(pod_deployment)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
@@ -315,6 +317,33 @@ def _local_model_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         "spec.source)"
     )
     return (ExportGap(("spec", "model"), text, droppable=False),)
+
+
+# Files an engine reads at its start, named in spec.args, that reconcile reads too (the
+# loader: store/sources/keyfile.py, engineconfig.py), and where a pod may keep them.
+ARG_FILES = {
+    ("llama-cpp", "--api-key-file"): "a Secret volume there keeps the keys out of the image",
+    ("vllm", "--config"): "a ConfigMap volume there holds it",
+}
+
+
+def _arg_file_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """A file spec.args names on this node (llama.cpp's keys, vLLM's flags file): the
+    engine reads it at its start, and in a pod finds it only where a volume or the
+    image puts it (a local container gets its bind mounts, as the pod does)."""
+    out = []
+    for (engine, flag), where in ARG_FILES.items():
+        path = value_of(engine, spec.args, flag) if spec.engine == engine else None
+        if path is None or not path.startswith("/"):
+            continue  # relative: refused by the loader; none: nothing to say
+        if any(PurePosixPath(path).is_relative_to(inside) for _, _, inside, _ in _binds(spec)):
+            continue
+        text = (
+            f"{flag} {path} is a file on this node, and no volume of the pod holds it: "
+            f"{engine} does not start unless the image has it ({where})"
+        )
+        out.append(ExportGap(("spec", "args"), text, droppable=False))
+    return tuple(out)
 
 
 def _alias_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
