@@ -644,6 +644,19 @@ def test_a_job_has_no_autoscaler() -> None:
     assert [o["kind"] for o in export(dep, lossy=True).objects] == ["Job", "Service"]
 
 
+@pytest.mark.parametrize("policy", ["OnFailure", "Never"])
+def test_a_jobs_rolling_update_is_refused_unless_lossy_not_dropped_silently(policy: str) -> None:
+    rolling = {"strategy": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    dep = deployment("batch", image=STAND_IN_IMAGE, restartPolicy=policy, **rolling)
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    assert [p.field for p in info.value.problems] == [("spec", "strategy")]
+    assert "a Job has no update strategy" in info.value.problems[0].message
+    job = by_kind(export(dep, lossy=True))["Job"]
+    assert "strategy" not in job["spec"]
+    kubernetes_validate.validate(job, VERSIONS[-1], strict=True)
+
+
 def test_session_affinity_has_no_faithful_form() -> None:
     """Kubernetes' only Service affinity is ClientIP: behind an ingress one address for all."""
     dep = deployment("llm", replicas=2, affinity="session", **SCALED)

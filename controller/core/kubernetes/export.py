@@ -180,6 +180,12 @@ WHY_ON_DEMAND = (
     "KEDA's HTTP add-on)"
 )
 WHY_JOB_SCALE = "a Job has no scale subresource: no HorizontalPodAutoscaler can scale it"
+# Here a changed spec of a run-to-completion deployment rolls like any other; a Job's
+# pod template is immutable, so a changed one is a new Job, the old one deleted first.
+WHY_JOB_STRATEGY = (
+    "a Job has no update strategy: its pod template cannot change once created (a changed "
+    "spec is a new Job, the old one deleted first)"
+)
 MAX_WINDOW = 3600  # seconds: the HPA's longest scale-down stabilization window
 WHY_WINDOW = "a HorizontalPodAutoscaler's scale-down window is at most 1h"
 WHY_METRIC = (
@@ -514,6 +520,8 @@ def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
         fix, lossy = "set activation: Always", "export a pod that always runs"
         gap = ExportGap(("spec", "activation"), message, True, fix, lossy, "exported as Always")
         out.append(gap)
+    if spec.restart_policy != "Always" and spec.strategy == "RollingUpdate":
+        out.append(_drop(("spec", "strategy"), WHY_JOB_STRATEGY))
     out.extend(_scale_problems(spec))
     return out
 
