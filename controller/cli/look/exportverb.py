@@ -123,5 +123,16 @@ def render(objects: list[Object], fmt: str) -> str:
 
     for tag, pattern in KUBECTL_NOT_STRINGS:
         KubectlDumper.add_implicit_resolver(tag, re.compile(pattern), None)
+    KubectlDumper.add_representer(str, _string)
     text: str = yaml.dump_all(objects, Dumper=KubectlDumper, sort_keys=False, allow_unicode=True)
     return text.rstrip()
+
+
+# Line breaks besides \n that PyYAML writes raw inside a quoted scalar, where a reader
+# folds NEL (U+0085) into a space: written double-quoted, they are escapes (\N, \L, \P).
+RAW_BREAKS = frozenset("\x85\u2028\u2029")
+
+
+def _string(dumper: Any, data: str) -> Any:
+    style = '"' if RAW_BREAKS.intersection(data) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
