@@ -159,9 +159,11 @@ def test_a_vllm_deployment_maps_its_fields() -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "backoff"), [("OnFailure", None), ("Never", 0)], ids=["on-failure", "never"]
+    ("policy", "backoff"), [("OnFailure", 2**31 - 1), ("Never", 0)], ids=["on-failure", "never"]
 )
-def test_a_run_to_completion_becomes_a_job(policy: str, backoff: int | None) -> None:
+def test_a_run_to_completion_becomes_a_job(policy: str, backoff: int) -> None:
+    """OnFailure restarts a failed engine with back-off for as long as it fails, here and
+    in the pod; the Job's default backoffLimit (6) marked it failed after 6 restarts."""
     exported = export(deployment("batch", image=STAND_IN_IMAGE, restartPolicy=policy))
     job = by_kind(exported)["Job"]
     assert job["apiVersion"] == "batch/v1" and "Deployment" not in by_kind(exported)

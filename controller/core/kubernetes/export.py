@@ -186,6 +186,7 @@ WHY_JOB_STRATEGY = (
     "a Job has no update strategy: its pod template cannot change once created (a changed "
     "spec is a new Job, the old one deleted first)"
 )
+UNLIMITED_RETRIES = 2**31 - 1  # a Job's backoffLimit is an int32: its largest
 MAX_WINDOW = 3600  # seconds: the HPA's longest scale-down stabilization window
 WHY_WINDOW = "a HorizontalPodAutoscaler's scale-down window is at most 1h"
 WHY_METRIC = (
@@ -692,9 +693,10 @@ def _workload(deployment: Deployment, namespace: str | None) -> Object:
                 "template": template,
             },
         }
-    job_spec: Object = {**_parallel(spec.replicas), "template": template}
-    if spec.restart_policy == "Never":
-        job_spec = {"backoffLimit": 0, **job_spec}  # Never: one run, no second pod
+    # Never: one run, no second pod. OnFailure: restarted with back-off for as long as it
+    # fails, as here; a Job's default gives up after 6 (container restarts count).
+    limit = 0 if spec.restart_policy == "Never" else UNLIMITED_RETRIES
+    job_spec: Object = {"backoffLimit": limit, **_parallel(spec.replicas), "template": template}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
