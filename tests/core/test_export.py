@@ -594,6 +594,18 @@ def test_autoscale_becomes_a_horizontal_pod_autoscaler_on_inflight() -> None:
     assert note.field == ("spec", "autoscale") and "metrics adapter" in note.message
 
 
+def test_the_hpa_aims_at_the_target_the_autoscaler_here_takes() -> None:
+    """`target` is inflight's aim when written (Autoscale.target_of); the HPA took the
+    default targetInflight (4) instead, and scaled at another load than reconcile does."""
+    aims = {}
+    for scale in ({"target": 3}, {"targetInflight": 1.5}, {"metric": "waiting", "target": 9}):
+        dep = deployment("llm", autoscale={"min": 1, "max": 4, **scale}, **SCALED)
+        hpa = by_kind(export(dep, lossy=True))["HorizontalPodAutoscaler"]
+        aims[tuple(scale)] = hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
+    # waiting's target is not inflight's: --lossy exports inflight at its own default (4)
+    assert aims == {("target",): "3", ("targetInflight",): "1500m", ("metric", "target"): "4"}
+
+
 def test_autoscale_to_zero_is_refused_unless_lossy_which_exports_min_one() -> None:
     dep = deployment("llm", autoscale={**AUTOSCALE, "min": 0}, **SCALED)
     with pytest.raises(ExportError) as refused:

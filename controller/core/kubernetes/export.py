@@ -735,7 +735,10 @@ def _autoscaler(deployment: Deployment, namespace: str | None) -> Object | None:
     if scale is None:
         return None
     window = min(math.ceil(scale.scale_down_delay), MAX_WINDOW)
-    target = {"type": "AverageValue", "averageValue": _quantity(scale.target_inflight)}
+    # The aim the autoscaler here takes: `target` when written for inflight, else
+    # targetInflight (also under --lossy, which exports another metric as inflight).
+    aim = scale.target_of("inflight")
+    target = {"type": "AverageValue", "averageValue": _quantity(aim)}
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
