@@ -972,6 +972,19 @@ def test_a_file_the_args_name_on_this_node_is_said(engine: str, flag: str) -> No
     assert not [n for n in export(held).notes if n.field == ("spec", "args")]
 
 
+def test_a_spec_image_beside_a_container_image_is_said_not_ignored() -> None:
+    """container.image is the pod's (as the node's); spec.image went unused silently."""
+    spec = {"engine": "vllm", "command": None, "model": "m/x", "devices": {"count": 1}}
+    local = {"image": "docker.io/vllm/vllm-openai:v0.10.0"}
+    both = deployment("web", image="registry.example/vllm:1", container=local, **spec)
+    exported = export(both)
+    assert container(exported)["image"] == local["image"]
+    (note,) = [n for n in exported.notes if n.field == ("spec", "image")]
+    assert "registry.example/vllm:1" in note.message and local["image"] in note.message
+    same = deployment("web", image=local["image"], container=local, **spec)
+    assert not [n for n in export(same).notes if n.field == ("spec", "image")]
+
+
 def test_aliases_the_gateway_routes_are_said_to_have_no_cluster_form() -> None:
     """Here a request for an alias reaches the deployment through the gateway; a
     Service has no such names: they were lost without a word."""

@@ -130,7 +130,7 @@ def export(
     notes += _source_notes(deployment, namespace)
     notes += _secret_notes(deployment, folder, namespace) + _volume_notes(deployment.spec)
     notes += _ollama_notes(deployment.spec) + _local_model_notes(deployment.spec)
-    notes += _arg_file_notes(deployment.spec)
+    notes += _arg_file_notes(deployment.spec) + _image_notes(deployment.spec)
     notes += _alias_notes(deployment.spec) + _secret_key_notes(pod_deployment)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
@@ -351,6 +351,19 @@ def _arg_file_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         )
         out.append(ExportGap(("spec", "args"), text, droppable=False))
     return tuple(out)
+
+
+def _image_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """Both images written: the pod runs container.image, as this node does (image_of),
+    and spec.image, the export's own field, would otherwise go unused without a word."""
+    local = spec.container.image if spec.container is not None else None
+    if spec.image is None or local is None or spec.image == local:
+        return ()
+    text = (
+        f"the pod runs container.image {local}, as this node does, not spec.image "
+        f"{spec.image}: remove spec.image, or container.image to run {spec.image} in the pod"
+    )
+    return (ExportGap(("spec", "image"), text, droppable=False),)
 
 
 def _alias_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
