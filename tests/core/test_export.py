@@ -985,6 +985,17 @@ def test_a_spec_image_beside_a_container_image_is_said_not_ignored() -> None:
     assert not [n for n in export(same).notes if n.field == ("spec", "image")]
 
 
+def test_a_containers_executable_is_the_pods_program_a_processs_is_not() -> None:
+    """With `container: {}` the node runs spec.executable inside the pinned image, as the
+    pod can; the export ran the image's default program instead. A process's executable
+    is a host path: the pod runs the image's own."""
+    spec = {"engine": "vllm", "command": None, "model": "m/x", "devices": {"count": 1}}
+    inside = deployment("web", executable="/opt/venv/bin/vllm", container={}, **spec)
+    assert container(export(inside))["command"] == ["/opt/venv/bin/vllm"]
+    host = deployment("web", executable="/home/me/.venv/bin/vllm", **spec)
+    assert container(export(host))["command"] == ["vllm"]
+
+
 def test_aliases_the_gateway_routes_are_said_to_have_no_cluster_form() -> None:
     """Here a request for an alias reaches the deployment through the gateway; a
     Service has no such names: they were lost without a word."""

@@ -622,8 +622,10 @@ def _for_pod(deployment: Deployment) -> Deployment:
         dropped = {"candidates": None, "shareable": False, "memory": None}
         devices = devices.model_copy(update=dropped)
     update: dict[str, Any] = {"host": POD_HOST, "devices": devices}
-    if spec.image is None and (spec.container is None or spec.container.image is None):
-        # The pinned image's own program: spec.executable names a path on the host.
+    if spec.image is None and spec.container is None:
+        # The pinned image's own program: spec.executable names a path on the host. In a
+        # container (`container: {}` runs the pinned image too) it is a path inside the
+        # image, run here as in the pod.
         update["executable"] = image_program(spec.engine)
     return deployment.model_copy(update={"spec": spec.model_copy(update=update)})
 
