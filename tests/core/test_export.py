@@ -440,6 +440,19 @@ def test_a_name_no_service_may_have_is_refused_even_when_lossy() -> None:
     assert export(deployment("chat-7b", image=STAND_IN_IMAGE)).objects
 
 
+def test_a_service_that_would_be_the_api_servers_own_is_refused() -> None:
+    """A deployment named kubernetes: its Service, applied in the namespace default, is the
+    API server's own (kubectl apply gave it a selector and port 8000, and the pods' API
+    went with it)."""
+    dep = deployment("kubernetes", image=STAND_IN_IMAGE)
+    for namespace in (None, "default"):
+        with pytest.raises(ExportError) as info:
+            export(dep, lossy=True, namespace=namespace)
+        assert [p.field for p in info.value.problems] == [("metadata", "name")]
+        assert "--namespace NS" in info.value.problems[0].message
+    assert by_kind(export(dep, namespace="ml"))["Service"]["metadata"]["namespace"] == "ml"
+
+
 def test_a_pod_the_api_server_would_reject_for_its_names_is_refused() -> None:
     """Schema-valid, rejected by the API server: two containers named alike (the engine
     named as the pull's initContainer), two mounts at one path (a bind mount at the

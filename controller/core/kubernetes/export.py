@@ -110,6 +110,7 @@ def export(
     names it from there, so it runs from any directory)."""
     problems = (
         *_name_problems(deployment),
+        *_api_service_problems(deployment.name, namespace),
         *_label_problems(deployment),
         *problems_of(deployment.spec),
     )
@@ -440,6 +441,24 @@ def _name_problems(deployment: Deployment) -> list[ExportGap]:
         )
         out.append(ExportGap(("metadata", "name"), message, droppable=False))
     return out + _mount_problems(spec)
+
+
+API_SERVICE = "kubernetes"  # the API server's own Service, in the namespace `default`
+
+
+def _api_service_problems(name: str, namespace: str | None) -> list[ExportGap]:
+    """The Service named after a deployment `kubernetes`, applied in `default` (or in
+    kubectl's context namespace, default unless set), is the API server's own: `kubectl
+    apply` would give it a selector and a port, and pods would lose the API."""
+    if name != API_SERVICE or namespace not in (None, "default"):
+        return []
+    where = "--namespace default" if namespace else "no --namespace (kubectl's usual default)"
+    message = (
+        f"the Service is named {name!r} after the deployment, and with {where} it would "
+        "be the API server's own Service in the namespace default, which applying it "
+        "rewrites: rename the deployment, or export it with --namespace NS"
+    )
+    return [ExportGap(("metadata", "name"), message, droppable=False)]
 
 
 def _mount_problems(spec: DeploymentSpec) -> list[ExportGap]:
