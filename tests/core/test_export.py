@@ -5,14 +5,20 @@ and specs with no faithful form are refused (or dropped with --lossy).
 
 from __future__ import annotations
 
+import http.server
 import math
 import os
+import re
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from kubelet_expand import container_argv, container_env
 from kubernetes_validate import utils as kv_utils
 from strategies import deployment
 
@@ -153,9 +159,11 @@ def test_a_vllm_deployment_maps_its_fields() -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "backoff"), [("OnFailure", None), ("Never", 0)], ids=["on-failure", "never"]
+    ("policy", "backoff"), [("OnFailure", 2**31 - 1), ("Never", 0)], ids=["on-failure", "never"]
 )
-def test_a_run_to_completion_becomes_a_job(policy: str, backoff: int | None) -> None:
+def test_a_run_to_completion_becomes_a_job(policy: str, backoff: int) -> None:
+    """OnFailure restarts a failed engine with back-off for as long as it fails, here and
+    in the pod; the Job's default backoffLimit (6) marked it failed after 6 restarts."""
     exported = export(deployment("batch", image=STAND_IN_IMAGE, restartPolicy=policy))
     job = by_kind(exported)["Job"]
     assert job["apiVersion"] == "batch/v1" and "Deployment" not in by_kind(exported)
@@ -180,6 +188,21 @@ def test_a_command_fills_placeholders_for_the_pod() -> None:
     # No GPU asked for: the fence that keeps it off any GPU still holds in a pod.
     assert {"name": "CUDA_VISIBLE_DEVICES", "value": ""} in c["env"]
     assert "resources" not in c
+
+
+# Locally an argv and an environment reach the engine as written; the kubelet expands
+# `$(VAR)` (PORT is one of the pod's) and reads `$$` as `$`.
+DOLLARS = ("$$", "$(PORT)", "$(date)", "${HOME}", "a$", "$(unclosed", "$$(PORT)", "$")
+
+
+def test_dollars_reach_the_pods_program_as_written_not_as_the_kubelet_expands_them() -> None:
+    command = ["sh", "-c", " ".join(DOLLARS), *DOLLARS]
+    env = {"A": "1", "B": "$(A)", "C": "pa$$word", "D": "$(PORT)"}
+    dep = deployment("dollars", command=command, env=env, image=STAND_IN_IMAGE)
+    c = container(export(dep))
+    assert container_argv(c) == command
+    assert {k: container_env(c)[k] for k in env} == env
+    kubernetes_validate.validate(by_kind(export(dep))["Deployment"], VERSIONS[-1], strict=True)
 
 
 def test_without_a_probe_there_is_none() -> None:
@@ -316,6 +339,72 @@ def test_a_liveness_probe_is_exported_as_kubernetes_means_it() -> None:
     }
 
 
+class KeyedEngine(http.server.BaseHTTPRequestHandler):
+    """vLLM's rule: /v1/... answers 401 without the API key."""
+
+    def do_GET(self) -> None:
+        keyed = self.path.startswith("/v1/")
+        allowed = not keyed or self.headers.get("Authorization") == "Bearer sk-test"
+        self.send_response(200 if allowed else 401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def kubelet_probe(port: int, probe: dict[str, Any]) -> int:
+    """What the kubelet's httpGet check does: GET the path with the probe's headers."""
+    get = probe["httpGet"]
+    headers = {h["name"]: h["value"] for h in get.get("httpHeaders", [])}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{get['path']}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            status: int = answer.status
+    except urllib.error.HTTPError as refused:
+        status = refused.code
+    return status
+
+
+@pytest.mark.parametrize(
+    "key", [{"args": ["--api-key", "sk-test"]}, {"env": {"VLLM_API_KEY": "sk-test"}}]
+)
+def test_a_probe_of_an_engine_with_an_api_key_presents_it_as_ours_do(key: dict[str, Any]) -> None:
+    """A probe path behind the key (/v1/models) answered the pod's probes 401 (reconcile's
+    present the key): the pod was never Ready, and its startupProbe restarted it."""
+    probes = {"readiness": {"httpGet": {"path": "/v1/models"}},
+              "livenessProbe": {"httpGet": {"path": "/v1/models"}}}  # fmt: skip
+    dep = deployment("keyed", engine="vllm", command=None, model="m/x", devices={"count": 1},
+                     **probes, **key)  # fmt: skip
+    exported = export(dep)
+    box = container(exported)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), KeyedEngine)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for name in ("readinessProbe", "startupProbe", "livenessProbe"):
+            assert kubelet_probe(server.server_address[1], box[name]) == 200, name
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=60)
+    kubernetes_validate.validate(by_kind(exported)["Deployment"], VERSIONS[-1], strict=True)
+    keyless = container(export(deployment("open", engine="vllm", command=None, model="m/x",
+                                          devices={"count": 1}, **probes)))  # fmt: skip
+    assert "httpHeaders" not in keyless["readinessProbe"]["httpGet"]
+
+
+def test_a_probe_behind_a_key_the_pod_reads_from_a_secret_is_said() -> None:
+    """A key in the envFrom Secret is not the export's to copy into a probe: it says so."""
+    secret = {"envFrom": [{"file": "/etc/reconcile/vllm.env"}]}
+    spec = {"engine": "vllm", "command": None, "model": "m/x", "devices": {"count": 1}}
+    guarded = deployment("web", readiness={"httpGet": {"path": "/v1/models"}}, **spec, **secret)
+    notes = [n.message for n in export(guarded).notes if "VLLM_API_KEY" in n.message]
+    assert len(notes) == 1 and "GET /v1/models" in notes[0] and "(/health)" in notes[0]
+    for quiet in (deployment("web", **spec, **secret), deployment("web", **spec)):
+        assert not [n for n in export(quiet).notes if "VLLM_API_KEY" in n.message]
+
+
 @pytest.mark.parametrize("where", ["readiness", "livenessProbe"])
 def test_a_completion_probe_is_refused_unless_lossy(where: str) -> None:
     dep = deployment("asks", image=STAND_IN_IMAGE, **{where: {"completion": {}}})
@@ -349,6 +438,19 @@ def test_a_name_no_service_may_have_is_refused_even_when_lossy() -> None:
         assert problem.field == ("metadata", "name") and not problem.droppable
         assert "start with a letter" in problem.message and "m7b-chat" in problem.message
     assert export(deployment("chat-7b", image=STAND_IN_IMAGE)).objects
+
+
+def test_a_service_that_would_be_the_api_servers_own_is_refused() -> None:
+    """A deployment named kubernetes: its Service, applied in the namespace default, is the
+    API server's own (kubectl apply gave it a selector and port 8000, and the pods' API
+    went with it)."""
+    dep = deployment("kubernetes", image=STAND_IN_IMAGE)
+    for namespace in (None, "default"):
+        with pytest.raises(ExportError) as info:
+            export(dep, lossy=True, namespace=namespace)
+        assert [p.field for p in info.value.problems] == [("metadata", "name")]
+        assert "--namespace NS" in info.value.problems[0].message
+    assert by_kind(export(dep, namespace="ml"))["Service"]["metadata"]["namespace"] == "ml"
 
 
 def test_a_pod_the_api_server_would_reject_for_its_names_is_refused() -> None:
@@ -395,6 +497,37 @@ def test_a_label_kubernetes_cannot_hold_is_refused_unless_lossy(version: str) ->
         }
     pod_labels = by_kind(exported)["Deployment"]["spec"]["template"]["metadata"]["labels"]
     assert "owner" not in pod_labels and "Team Name" not in pod_labels
+
+
+def test_a_label_the_export_sets_itself_is_refused_unless_lossy_not_overwritten() -> None:
+    """app.kubernetes.io/name and managed-by are the selector's: a user's other value was
+    replaced without a word (`managed-by: argocd` gone from every object)."""
+    labels = {
+        "app.kubernetes.io/name": "chat",
+        "app.kubernetes.io/managed-by": "argocd",
+        "app.kubernetes.io/instance": "prod",
+    }
+    plain = deployment("web", image=STAND_IN_IMAGE)
+    dep = plain.model_copy(
+        update={"metadata": plain.metadata.model_copy(update={"labels": labels})}
+    )
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    fields = [p.field for p in info.value.problems]
+    assert fields == [("metadata", "labels", k) for k in list(labels)[:2]]
+    assert "'argocd'" in info.value.problems[1].message
+    exported = export(dep, lossy=True)
+    assert [p.field for p in exported.dropped] == fields
+    assert by_kind(exported)["Service"]["metadata"]["labels"] == {
+        "app.kubernetes.io/instance": "prod",
+        "app.kubernetes.io/name": "web",
+        "app.kubernetes.io/managed-by": "reconcile",
+    }
+    same = {"app.kubernetes.io/name": "web", "app.kubernetes.io/managed-by": "reconcile"}
+    agreeing = plain.model_copy(
+        update={"metadata": plain.metadata.model_copy(update={"labels": same})}
+    )
+    assert export(agreeing).dropped == ()
 
 
 def test_amd_without_an_image_is_refused() -> None:
@@ -474,6 +607,18 @@ def test_autoscale_becomes_a_horizontal_pod_autoscaler_on_inflight() -> None:
     assert note.field == ("spec", "autoscale") and "metrics adapter" in note.message
 
 
+def test_the_hpa_aims_at_the_target_the_autoscaler_here_takes() -> None:
+    """`target` is inflight's aim when written (Autoscale.target_of); the HPA took the
+    default targetInflight (4) instead, and scaled at another load than reconcile does."""
+    aims = {}
+    for scale in ({"target": 3}, {"targetInflight": 1.5}, {"metric": "waiting", "target": 9}):
+        dep = deployment("llm", autoscale={"min": 1, "max": 4, **scale}, **SCALED)
+        hpa = by_kind(export(dep, lossy=True))["HorizontalPodAutoscaler"]
+        aims[tuple(scale)] = hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
+    # waiting's target is not inflight's: --lossy exports inflight at its own default (4)
+    assert aims == {("target",): "3", ("targetInflight",): "1500m", ("metric", "target"): "4"}
+
+
 def test_autoscale_to_zero_is_refused_unless_lossy_which_exports_min_one() -> None:
     dep = deployment("llm", autoscale={**AUTOSCALE, "min": 0}, **SCALED)
     with pytest.raises(ExportError) as refused:
@@ -524,6 +669,19 @@ def test_a_job_has_no_autoscaler() -> None:
     dep = deployment("batch", image=STAND_IN_IMAGE, restartPolicy="OnFailure", autoscale=AUTOSCALE)
     assert [p.field for p in problems_of(dep.spec)] == [("spec", "autoscale")]
     assert [o["kind"] for o in export(dep, lossy=True).objects] == ["Job", "Service"]
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "Never"])
+def test_a_jobs_rolling_update_is_refused_unless_lossy_not_dropped_silently(policy: str) -> None:
+    rolling = {"strategy": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    dep = deployment("batch", image=STAND_IN_IMAGE, restartPolicy=policy, **rolling)
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    assert [p.field for p in info.value.problems] == [("spec", "strategy")]
+    assert "a Job has no update strategy" in info.value.problems[0].message
+    job = by_kind(export(dep, lossy=True))["Job"]
+    assert "strategy" not in job["spec"]
+    kubernetes_validate.validate(job, VERSIONS[-1], strict=True)
 
 
 def test_session_affinity_has_no_faithful_form() -> None:
@@ -615,6 +773,30 @@ def test_the_secrets_hint_is_kubectls_from_the_files_and_says_its_dialect() -> N
     token = {n.field: n.message for n in plain.notes}[("spec", "source")]
     assert "`kubectl create secret generic hf-token --from-file=token=FILE`" in token, token
     assert "never on the command line" in token
+
+
+def test_each_secrets_hint_creates_it_in_the_namespace_the_pod_is_exported_to() -> None:
+    """With --namespace the pod reads its Secrets there: a hint without it made them in
+    kubectl's default namespace, and the pod stayed in CreateContainerConfigError."""
+    url = "https://user:pw@models.example.org/m.gguf"
+    keyed = {"url": url, "sha256": "a" * 64}
+    hub = {"huggingFace": {"repo": "org/model"}}
+    deps = [
+        deployment("web", image=STAND_IN_IMAGE, envFrom=[{"file": "/etc/x.env"}]),
+        deployment("pull", image=STAND_IN_IMAGE, source=keyed),
+        deployment("hub", image=STAND_IN_IMAGE, source=hub),
+    ]
+    hints = []
+    for dep in deps:
+        for note in export(dep, namespace="llm").notes:
+            hints += re.findall(r"`(kubectl create secret[^`]*)`", note.message)
+    assert [h.split()[4:7] for h in hints] == [
+        ["--namespace", "llm", "web-env"],
+        ["--namespace", "llm", "pull-source"],
+        ["--namespace", "llm", "hf-token"],
+    ]
+    for dep in deps:  # no --namespace: kubectl's context namespace, where the objects go
+        assert "--namespace" not in " ".join(n.message for n in export(dep).notes)
 
 
 def test_a_node_selector_becomes_the_pods() -> None:
@@ -786,6 +968,45 @@ def test_a_model_path_no_volume_of_the_pod_holds_is_said() -> None:
     assert [n.field for n in export(mounted).notes] == [("spec", "container", "volumes")]
     hub = deployment("hub", engine="vllm", command=None, model="org/m", devices={"count": 1})
     assert export(hub).notes == ()
+
+
+@pytest.mark.parametrize(
+    ("engine", "flag"), [("llama-cpp", "--api-key-file"), ("vllm", "--config")]
+)
+def test_a_file_the_args_name_on_this_node_is_said(engine: str, flag: str) -> None:
+    """llama.cpp's key file and vLLM's flags file are read at the engine's start: a pod
+    without them does not start, and nothing said so."""
+    spec = {"engine": engine, "command": None, "model": "/srv/m", "devices": {"count": 1}}
+    dep = deployment("web", args=[flag, "/etc/llm/file"], **spec)
+    notes = [n for n in export(dep).notes if n.field == ("spec", "args")]
+    assert len(notes) == 1 and f"{flag} /etc/llm/file" in notes[0].message
+    mounted = {"image": "x:1", "volumes": ["/etc/llm:/etc/llm:ro", "/srv:/srv"]}
+    held = deployment("web", args=[f"{flag}=/etc/llm/file"], container=mounted, **spec)
+    assert not [n for n in export(held).notes if n.field == ("spec", "args")]
+
+
+def test_a_spec_image_beside_a_container_image_is_said_not_ignored() -> None:
+    """container.image is the pod's (as the node's); spec.image went unused silently."""
+    spec = {"engine": "vllm", "command": None, "model": "m/x", "devices": {"count": 1}}
+    local = {"image": "docker.io/vllm/vllm-openai:v0.10.0"}
+    both = deployment("web", image="registry.example/vllm:1", container=local, **spec)
+    exported = export(both)
+    assert container(exported)["image"] == local["image"]
+    (note,) = [n for n in exported.notes if n.field == ("spec", "image")]
+    assert "registry.example/vllm:1" in note.message and local["image"] in note.message
+    same = deployment("web", image=local["image"], container=local, **spec)
+    assert not [n for n in export(same).notes if n.field == ("spec", "image")]
+
+
+def test_a_containers_executable_is_the_pods_program_a_processs_is_not() -> None:
+    """With `container: {}` the node runs spec.executable inside the pinned image, as the
+    pod can; the export ran the image's default program instead. A process's executable
+    is a host path: the pod runs the image's own."""
+    spec = {"engine": "vllm", "command": None, "model": "m/x", "devices": {"count": 1}}
+    inside = deployment("web", executable="/opt/venv/bin/vllm", container={}, **spec)
+    assert container(export(inside))["command"] == ["/opt/venv/bin/vllm"]
+    host = deployment("web", executable="/home/me/.venv/bin/vllm", **spec)
+    assert container(export(host))["command"] == ["vllm"]
 
 
 def test_aliases_the_gateway_routes_are_said_to_have_no_cluster_form() -> None:

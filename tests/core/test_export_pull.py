@@ -14,6 +14,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from kubelet_expand import container_argv
 from modelservers import HubServer, serving
 from strategies import deployment
 from test_export import VERSIONS, by_kind
@@ -150,11 +151,13 @@ def test_no_source_no_init_container() -> None:
 
 
 def run_init(init: dict[str, Any], folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """The container's command and args, its volume at ``folder`` instead of /models."""
-    args = [str(folder) if a == exportpull.MOUNT else a for a in init["args"]]
-    command = [sys.executable if c == "python3" else c for c in init["command"]]
+    """The container's command and args as the kubelet passes them (``$$`` read as ``$``),
+    its volume at ``folder`` instead of /models."""
+    argv = [str(folder) if a == exportpull.MOUNT else a for a in container_argv(init)]
+    if argv[0] == "python3":
+        argv[0] = sys.executable
     return subprocess.run(
-        [*command, *args],
+        argv,
         capture_output=True,
         text=True,
         timeout=120,
@@ -175,6 +178,16 @@ def test_the_url_init_container_downloads_and_checks(tmp_path: Path) -> None:
         assert (tmp_path / "tiny.gguf").read_bytes() == DATA
         again = run_init(init, tmp_path)  # a restarted pod's initContainer: nothing to do
         assert again.returncode == 0 and server.requests == 1
+
+
+def test_a_sources_dollars_reach_the_pull_as_written() -> None:
+    """The kubelet reads `$$` as `$` and expands `$(VAR)`: the script's own `$(cmd)` and
+    the user's values reach sh as written all the same."""
+    url = "https://models.example/$(SOURCE_URL)/a$$b.gguf"
+    argv = container_argv(url_init(url))
+    assert argv[:6] == ["sh", "-c", exportpull.URL_SCRIPT, exportpull.CONTAINER,
+                        exportpull.MOUNT, url]  # fmt: skip
+    assert argv[-1] == DIGEST
 
 
 def test_the_url_init_container_discards_a_wrong_digest(tmp_path: Path) -> None:

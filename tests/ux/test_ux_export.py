@@ -232,3 +232,20 @@ def test_strings_kubectl_would_read_as_numbers_or_bools_are_quoted(tmp_path: Pat
     assert container["args"][-len(tricky) :] == tricky  # the strings, unchanged
     values = {e["name"]: e["value"] for e in container["env"]}
     assert [values[f"TRICKY_{i}"] for i in range(len(tricky))] == tricky
+
+
+def test_a_value_with_a_unicode_line_break_reads_back_as_written(tmp_path: Path) -> None:
+    """PyYAML wrote NEL (U+0085) raw in a quoted scalar, and a reader (PyYAML, kubectl's
+    go-yaml) folds it into a space: an env value or an argument changed on the way."""
+    breaks = ["a\x85b", "c\u2028d", "e\u2029f"]
+    env = "".join(
+        f'    BREAK_{i}: "{v.encode("unicode_escape").decode()}"\n' for i, v in enumerate(breaks)
+    )
+    body = GOOD + f"  args: [{', '.join(json.dumps(v) for v in breaks)}]\n  env:\n{env}"
+    write(tmp_path, "llm", body)
+    done = cli("export", "-f", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    container = next(yaml.safe_load_all(done.stdout))["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][-len(breaks) :] == breaks
+    values = {e["name"]: e["value"] for e in container["env"]}
+    assert [values[f"BREAK_{i}"] for i in range(len(breaks))] == breaks

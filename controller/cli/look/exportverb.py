@@ -17,6 +17,7 @@ from typing import Any
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, output_format
 from controller.core.kubernetes.export import Exported, ExportError, ExportGap, Object, export
 from controller.core.manifest.specs import Entry, is_dns1123
+from controller.store.config.node import Config
 from controller.store.sources.manifests import LoadResult, ManifestError, load
 
 FORMATS = ("yaml", "json")
@@ -37,6 +38,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"reconcile: --namespace {args.namespace!r} is not a DNS-1123 label", file=sys.stderr)
         return EXIT_USAGE
     cfg = config(args, lenient=True)
+    unapplied = _git_unapplied(cfg)
+    if unapplied is not None:
+        print(f"error: {unapplied}", file=sys.stderr)
+        return EXIT_FAIL
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, repo=cfg.repo)
     # A mistyped -f exports nothing: exit 1 as `validate` does, so `export -f typo |
     # kubectl apply -f -` in a script fails instead of going green with nothing applied.
@@ -55,6 +60,33 @@ def cmd_export(args: argparse.Namespace) -> int:
     if outcome.objects:
         print(render(outcome.objects, fmt))
     return EXIT_OK
+
+
+def _git_unapplied(cfg: Config) -> str | None:
+    """Why ``--git URL`` has nothing of URL's to export, else None. The export reads the
+    state dir's checkout at the commit a pass applied: of another source when the state
+    dir follows one (its objects, exported under URL's name), of none before the first
+    pass (a missing folder, said as if the repository lacked it)."""
+    if cfg.git is None:
+        return None
+    from controller.store.sources.git.source import followed_instead, peek_status, shown_url
+
+    url = shown_url(cfg.git.url)
+    other = followed_instead(cfg.state_dir, cfg.git)
+    if other is not None:
+        return (
+            f"this state dir follows {other.said()}, not {url}: export reads the commit a "
+            f"pass applied, and none of {url} was (export a clone of it with -f DIR, or "
+            "give the --state-dir that follows it)"
+        )
+    status = peek_status(cfg.state_dir)
+    if status is not None and status.applied:
+        return None
+    failed = f" (its fetch failed: {status.fetch_error})" if status and status.fetch_error else ""
+    return (
+        f"nothing applied yet from {url}{failed}: export reads the commit a pass applied; "
+        "run one first (`reconcile --once`, or the daemon), or export a clone with -f DIR"
+    )
 
 
 def convert(loaded: LoadResult, *, lossy: bool, namespace: str | None) -> Outcome:
@@ -123,5 +155,16 @@ def render(objects: list[Object], fmt: str) -> str:
 
     for tag, pattern in KUBECTL_NOT_STRINGS:
         KubectlDumper.add_implicit_resolver(tag, re.compile(pattern), None)
+    KubectlDumper.add_representer(str, _string)
     text: str = yaml.dump_all(objects, Dumper=KubectlDumper, sort_keys=False, allow_unicode=True)
     return text.rstrip()
+
+
+# Line breaks besides \n that PyYAML writes raw inside a quoted scalar, where a reader
+# folds NEL (U+0085) into a space: written double-quoted, they are escapes (\N, \L, \P).
+RAW_BREAKS = frozenset("\x85\u2028\u2029")
+
+
+def _string(dumper: Any, data: str) -> Any:
+    style = '"' if RAW_BREAKS.intersection(data) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)

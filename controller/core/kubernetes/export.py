@@ -20,7 +20,11 @@ from typing import Any
 
 from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
+from controller.core.engines.apikey import ENV as KEY_VARIABLES
+from controller.core.engines.apikey import api_key
+from controller.core.engines.spelling import value_of
 from controller.core.kubernetes import exportpull
+from controller.core.kubernetes.kubelet import literal
 from controller.core.manifest.labelsyntax import key_problem, value_problem
 from controller.core.manifest.specs import (
     Deployment,
@@ -106,6 +110,7 @@ def export(
     names it from there, so it runs from any directory)."""
     problems = (
         *_name_problems(deployment),
+        *_api_service_problems(deployment.name, namespace),
         *_label_problems(deployment),
         *problems_of(deployment.spec),
     )
@@ -123,10 +128,11 @@ def export(
         _service(pod_deployment, namespace),
     )
     notes = ((_HPA_NOTE,) if scaler else ()) + ((_PRIORITY_NOTE,) if ranked else ())
-    notes += _source_notes(deployment)
-    notes += _secret_notes(deployment, folder) + _volume_notes(deployment.spec)
+    notes += _source_notes(deployment, namespace)
+    notes += _secret_notes(deployment, folder, namespace) + _volume_notes(deployment.spec)
     notes += _ollama_notes(deployment.spec) + _local_model_notes(deployment.spec)
-    notes += _alias_notes(deployment.spec)
+    notes += _arg_file_notes(deployment.spec) + _image_notes(deployment.spec)
+    notes += _alias_notes(deployment.spec) + _secret_key_notes(pod_deployment)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -175,6 +181,13 @@ WHY_ON_DEMAND = (
     "KEDA's HTTP add-on)"
 )
 WHY_JOB_SCALE = "a Job has no scale subresource: no HorizontalPodAutoscaler can scale it"
+# Here a changed spec of a run-to-completion deployment rolls like any other; a Job's
+# pod template is immutable, so a changed one is a new Job, the old one deleted first.
+WHY_JOB_STRATEGY = (
+    "a Job has no update strategy: its pod template cannot change once created (a changed "
+    "spec is a new Job, the old one deleted first)"
+)
+UNLIMITED_RETRIES = 2**31 - 1  # a Job's backoffLimit is an int32: its largest
 MAX_WINDOW = 3600  # seconds: the HPA's longest scale-down stabilization window
 WHY_WINDOW = "a HorizontalPodAutoscaler's scale-down window is at most 1h"
 WHY_METRIC = (
@@ -199,7 +212,7 @@ _PRIORITY_NOTE = ExportGap(
 )
 
 
-def _source_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
+def _source_notes(deployment: Deployment, namespace: str | None) -> tuple[ExportGap, ...]:
     spec = deployment.spec
     source = spec.source
     if source is None:
@@ -210,19 +223,19 @@ def _source_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
         f"shared volume named {exportpull.VOLUME} instead to pull once)"
     )
     if source.hugging_face is not None and "HF_TOKEN" not in spec.env:
-        text += _token_note(deployment)
+        text += _token_note(deployment, namespace)
     secret = exportpull.url_secret(deployment.name, source)
     if secret is not None:
         text += (
             f"; source.url holds a password or token, so the pod reads it from the Secret "
             f"{secret} (key url), which is not exported: create it from a file holding the "
-            f"URL alone (`kubectl create secret generic {secret} --from-file=url=FILE`), "
+            f"URL alone (`{_create_secret(namespace)} {secret} --from-file=url=FILE`), "
             "never on the command line"
         )
     return (ExportGap(("spec", "source"), text, droppable=False),)
 
 
-def _token_note(deployment: Deployment) -> str:
+def _token_note(deployment: Deployment, namespace: str | None) -> str:
     """Where the download's HF_TOKEN comes from: the engine's envFrom Secret when it has
     one (the pull sees what the engine sees), else the optional shared one."""
     if deployment.spec.env_from:
@@ -233,9 +246,16 @@ def _token_note(deployment: Deployment) -> str:
     return (
         f"; HF_TOKEN comes from the Secret {exportpull.TOKEN_SECRET} (key token) if it "
         "exists: for a gated or private repo, create it from a file holding the token "
-        f"alone (`kubectl create secret generic {exportpull.TOKEN_SECRET} "
+        f"alone (`{_create_secret(namespace)} {exportpull.TOKEN_SECRET} "
         "--from-file=token=FILE`), never on the command line"
     )
+
+
+def _create_secret(namespace: str | None) -> str:
+    """The hint's kubectl command: in the namespace the objects were exported to, where the
+    pod looks for its Secret (kubectl's own default is the context's namespace)."""
+    where = f" --namespace {shlex.quote(namespace)}" if namespace is not None else ""
+    return f"kubectl create secret generic{where}"
 
 
 def secret_name(name: str) -> str:
@@ -243,7 +263,9 @@ def secret_name(name: str) -> str:
     return f"{name}-env"
 
 
-def _secret_notes(deployment: Deployment, folder: str | None) -> tuple[ExportGap, ...]:
+def _secret_notes(
+    deployment: Deployment, folder: str | None, namespace: str | None
+) -> tuple[ExportGap, ...]:
     """envFrom's files stay on the node: the pod reads a Secret the user creates, with
     kubectl from the same files (a sopsFile through a pipe), so no value is ever on a
     command line (shell history, `ps`) or in a clear file."""
@@ -254,7 +276,7 @@ def _secret_notes(deployment: Deployment, folder: str | None) -> tuple[ExportGap
     name = secret_name(deployment.name)
     text = (
         f"exported as envFrom: secretRef {name}, which is not exported (no value leaves "
-        f"the node): create it from the same files with `kubectl create secret generic "
+        f"the node): create it from the same files with `{_create_secret(namespace)} "
         f"{name} {sources}` (bash); kubectl takes each line as KEY=VALUE as written (a "
         "line starting with `export` is refused, quotes stay in the value), so write the "
         "files' lines bare for both"
@@ -305,6 +327,46 @@ def _local_model_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
     return (ExportGap(("spec", "model"), text, droppable=False),)
 
 
+# Files an engine reads at its start, named in spec.args, that reconcile reads too (the
+# loader: store/sources/keyfile.py, engineconfig.py), and where a pod may keep them.
+ARG_FILES = {
+    ("llama-cpp", "--api-key-file"): "a Secret volume there keeps the keys out of the image",
+    ("vllm", "--config"): "a ConfigMap volume there holds it",
+}
+
+
+def _arg_file_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """A file spec.args names on this node (llama.cpp's keys, vLLM's flags file): the
+    engine reads it at its start, and in a pod finds it only where a volume or the
+    image puts it (a local container gets its bind mounts, as the pod does)."""
+    out = []
+    for (engine, flag), where in ARG_FILES.items():
+        path = value_of(engine, spec.args, flag) if spec.engine == engine else None
+        if path is None or not path.startswith("/"):
+            continue  # relative: refused by the loader; none: nothing to say
+        if any(PurePosixPath(path).is_relative_to(inside) for _, _, inside, _ in _binds(spec)):
+            continue
+        text = (
+            f"{flag} {path} is a file on this node, and no volume of the pod holds it: "
+            f"{engine} does not start unless the image has it ({where})"
+        )
+        out.append(ExportGap(("spec", "args"), text, droppable=False))
+    return tuple(out)
+
+
+def _image_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """Both images written: the pod runs container.image, as this node does (image_of),
+    and spec.image, the export's own field, would otherwise go unused without a word."""
+    local = spec.container.image if spec.container is not None else None
+    if spec.image is None or local is None or spec.image == local:
+        return ()
+    text = (
+        f"the pod runs container.image {local}, as this node does, not spec.image "
+        f"{spec.image}: remove spec.image, or container.image to run {spec.image} in the pod"
+    )
+    return (ExportGap(("spec", "image"), text, droppable=False),)
+
+
 def _alias_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
     """Here the gateway answers a request for any alias; in a cluster a client reaches
     the Service by its name, and the engine answers only to the model it serves."""
@@ -317,6 +379,29 @@ def _alias_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         "LiteLLM's model aliases)"
     )
     return (ExportGap(("spec", "aliases"), text, droppable=False),)
+
+
+def _secret_key_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
+    """An API key the engine may read from envFrom's Secret: a pass reads the files and
+    its probes present the key; a pod's probe reads no Secret, so a probe of a path the
+    engine keeps behind the key would fail (the recipes' /health is left open)."""
+    spec = deployment.spec
+    variable = KEY_VARIABLES.get(spec.engine)
+    if variable is None or not spec.env_from or api_key(spec.engine, spec.args, spec.env):
+        return ()
+    rendered = _rendered(deployment)
+    checks = (rendered.probe, rendered.liveness)
+    paths = {c.http[0][0] for c in checks if c is not None and c.http and not c.completion}
+    guarded = sorted(p for p in paths if not p.startswith("/health"))
+    if not guarded:
+        return ()
+    text = (
+        f"if the Secret of spec.envFrom sets {variable}, the engine keeps its API behind "
+        f"that key, which reconcile's probes present and a pod's cannot (a probe reads no "
+        f"Secret): the pod's probes GET {', '.join(guarded)}, so probe a path the engine "
+        "leaves open (/health) instead"
+    )
+    return (ExportGap(("spec", "envFrom"), text, droppable=False),)
 
 
 def _ollama_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
@@ -358,6 +443,24 @@ def _name_problems(deployment: Deployment) -> list[ExportGap]:
     return out + _mount_problems(spec)
 
 
+API_SERVICE = "kubernetes"  # the API server's own Service, in the namespace `default`
+
+
+def _api_service_problems(name: str, namespace: str | None) -> list[ExportGap]:
+    """The Service named after a deployment `kubernetes`, applied in `default` (or in
+    kubectl's context namespace, default unless set), is the API server's own: `kubectl
+    apply` would give it a selector and a port, and pods would lose the API."""
+    if name != API_SERVICE or namespace not in (None, "default"):
+        return []
+    where = "--namespace default" if namespace else "no --namespace (kubectl's usual default)"
+    message = (
+        f"the Service is named {name!r} after the deployment, and with {where} it would "
+        "be the API server's own Service in the namespace default, which applying it "
+        "rewrites: rename the deployment, or export it with --namespace NS"
+    )
+    return [ExportGap(("metadata", "name"), message, droppable=False)]
+
+
 def _mount_problems(spec: DeploymentSpec) -> list[ExportGap]:
     """Bind mounts the API server would reject though the schema holds: one where the
     pulled model is mounted, two at one path, a hostPath with '..'."""
@@ -396,6 +499,24 @@ def _label_problems(deployment: Deployment) -> list[ExportGap]:
             fix = "rename it or change its value"
             gap = ExportGap(("metadata", "labels", key), message, True, fix, "leave it out")
             out.append(gap)
+    return out + _own_label_problems(deployment)
+
+
+def _own_label_problems(deployment: Deployment) -> list[ExportGap]:
+    """A label the export sets itself, given another value: the selector and the Service
+    match the pods by these, so the user's value cannot be kept (refused, or left out)."""
+    out = []
+    for key, ours in _selector(deployment).items():
+        value = deployment.metadata.labels.get(key)
+        if value is not None and value != ours:
+            message = (
+                f"no Kubernetes form: the export sets {key}: {ours} on every object, and "
+                f"the Service (and a Deployment's selector) match the pods by it, so "
+                f"{value!r} cannot be kept"
+            )
+            fix = "remove it (or use another label)"
+            gap = ExportGap(("metadata", "labels", key), message, True, fix, "leave it out")
+            out.append(gap)
     return out
 
 
@@ -432,6 +553,8 @@ def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
         fix, lossy = "set activation: Always", "export a pod that always runs"
         gap = ExportGap(("spec", "activation"), message, True, fix, lossy, "exported as Always")
         out.append(gap)
+    if spec.restart_policy != "Always" and spec.strategy == "RollingUpdate":
+        out.append(_drop(("spec", "strategy"), WHY_JOB_STRATEGY))
     out.extend(_scale_problems(spec))
     return out
 
@@ -518,8 +641,10 @@ def _for_pod(deployment: Deployment) -> Deployment:
         dropped = {"candidates": None, "shareable": False, "memory": None}
         devices = devices.model_copy(update=dropped)
     update: dict[str, Any] = {"host": POD_HOST, "devices": devices}
-    if spec.image is None and (spec.container is None or spec.container.image is None):
-        # The pinned image's own program: spec.executable names a path on the host.
+    if spec.image is None and spec.container is None:
+        # The pinned image's own program: spec.executable names a path on the host. In a
+        # container (`container: {}` runs the pinned image too) it is a path inside the
+        # image, run here as in the pod.
         update["executable"] = image_program(spec.engine)
     return deployment.model_copy(update={"spec": spec.model_copy(update=update)})
 
@@ -602,9 +727,10 @@ def _workload(deployment: Deployment, namespace: str | None) -> Object:
                 "template": template,
             },
         }
-    job_spec: Object = {**_parallel(spec.replicas), "template": template}
-    if spec.restart_policy == "Never":
-        job_spec = {"backoffLimit": 0, **job_spec}  # Never: one run, no second pod
+    # Never: one run, no second pod. OnFailure: restarted with back-off for as long as it
+    # fails, as here; a Job's default gives up after 6 (container restarts count).
+    limit = 0 if spec.restart_policy == "Never" else UNLIMITED_RETRIES
+    job_spec: Object = {"backoffLimit": limit, **_parallel(spec.replicas), "template": template}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -643,7 +769,10 @@ def _autoscaler(deployment: Deployment, namespace: str | None) -> Object | None:
     if scale is None:
         return None
     window = min(math.ceil(scale.scale_down_delay), MAX_WINDOW)
-    target = {"type": "AverageValue", "averageValue": _quantity(scale.target_inflight)}
+    # The aim the autoscaler here takes: `target` when written for inflight, else
+    # targetInflight (also under --lossy, which exports another metric as inflight).
+    aim = scale.target_of("inflight")
+    target = {"type": "AverageValue", "averageValue": _quantity(aim)}
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -764,9 +893,10 @@ def _container(deployment: Deployment) -> Object:
     container: Object = {
         "name": deployment.name,
         "image": image_of(spec),
-        "command": [rendered.argv[0]],
-        "args": list(rendered.argv[1:]),
-        "env": [{"name": k, "value": v} for k, v in _env(spec, rendered).items()],
+        # The kubelet would expand `$(VAR)` and `$$` in these; locally nothing does.
+        "command": [literal(rendered.argv[0])],
+        "args": [literal(a) for a in rendered.argv[1:]],
+        "env": [{"name": k, "value": literal(v)} for k, v in _env(spec, rendered).items()],
         "ports": [{"name": PORT_NAME, "containerPort": _port(spec), "protocol": "TCP"}],
     }
     if spec.env_from:  # the values are the node's: the cluster's come from a Secret
@@ -787,7 +917,7 @@ def _container(deployment: Deployment) -> Object:
         mounts.append(exportpull.volume_mount())
     if mounts:
         container["volumeMounts"] = mounts
-    container.update(_probes(rendered))
+    container.update(_probes(rendered, api_key(spec.engine, spec.args, spec.env)))
     return container
 
 
@@ -797,13 +927,14 @@ def _env(spec: DeploymentSpec, rendered: Rendered) -> dict[str, str]:
     return {k: v for k, v in rendered.env.items() if k not in VISIBILITY}
 
 
-def _probes(rendered: Rendered) -> Object:
+def _probes(rendered: Rendered, key: str) -> Object:
     """readinessProbe, and a startupProbe: failureThreshold * periodSeconds >= the deadline;
-    the livenessProbe as it is (Kubernetes' meaning is ours)."""
+    the livenessProbe as it is (Kubernetes' meaning is ours). ``key``: the API key the
+    engine demands (its spec's --api-key or variable), which our probes present here."""
     period = max(1, math.ceil(rendered.probe.period_seconds))  # Kubernetes counts whole seconds
     failures = max(1, math.ceil(rendered.deadline_seconds / period))
-    readiness = _probe(rendered.probe, periodSeconds=period)
-    startup = _probe(rendered.probe, periodSeconds=period, failureThreshold=failures)
+    readiness = _probe(rendered.probe, key, periodSeconds=period)
+    startup = _probe(rendered.probe, key, periodSeconds=period, failureThreshold=failures)
     out: Object = {}
     if readiness is not None and startup is not None:  # none: ready once it runs
         out = {"readinessProbe": readiness, "startupProbe": startup}
@@ -813,6 +944,7 @@ def _probes(rendered: Rendered) -> Object:
         if live is None
         else _probe(
             live,
+            key,
             periodSeconds=max(1, math.ceil(live.period_seconds)),
             timeoutSeconds=max(1, math.ceil(live.timeout_seconds)),
             failureThreshold=live.failure_threshold,
@@ -823,16 +955,22 @@ def _probes(rendered: Rendered) -> Object:
     return out
 
 
-def _probe(probe: ProbeConfig, **settings: int) -> Object | None:
+def _probe(probe: ProbeConfig, key: str, **settings: int) -> Object | None:
     """The first HTTP check (a pod cannot match a body), else TCP, else none (a completion
-    has no pod form: refused unless --lossy, see problems_of).
+    has no pod form: refused unless --lossy, see problems_of). An engine given an API key
+    answers 401 without it on a path it keeps behind the key (vLLM's /v1/...), so the
+    check presents it, as ours do (host/probes.py): it is in the spec's args or env, and
+    so in the pod's, already.
 
     Built afresh for each probe: shared dicts would print as YAML anchors.
     """
     if probe.completion:
         return None
     if probe.http:
-        return {"httpGet": {"path": probe.http[0][0], "port": PORT_NAME}, **settings}
+        get: Object = {"path": probe.http[0][0], "port": PORT_NAME}
+        if key:
+            get["httpHeaders"] = [{"name": "Authorization", "value": f"Bearer {key}"}]
+        return {"httpGet": get, **settings}
     if probe.tcp:
         return {"tcpSocket": {"port": PORT_NAME}, **settings}
     return None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.core.kubernetes.kubelet import literal
 from controller.core.manifest.sources import Source
 from controller.core.pulls import file_name
 from controller.redact import redact_url
@@ -116,7 +117,10 @@ def init_container(
     the Secret the engine's envFrom reads, if any: the pull gets the same (a gated repo's
     HF_TOKEN in the env file reaches the download as it reaches the engine); ``url_from``
     the Secret that holds the URL (:func:`url_secret`)."""
-    container: Object = {"name": CONTAINER, **_program(source, mount)}
+    program = _program(source, mount)
+    # The kubelet would expand `$(...)` and `$$` (the script's own `$(cmd)` too).
+    program["args"] = [literal(a) for a in program["args"]]
+    container: Object = {"name": CONTAINER, **program}
     hub = source.hugging_face is not None
     variables = _env(env, token_secret=env_secret is None) if hub else []
     if url_from is not None:
@@ -154,7 +158,9 @@ def _env(spec_env: dict[str, str], *, token_secret: bool) -> list[Object]:
     """The hub client's settings from ``spec.env`` (HF_ENDPOINT, HF_TOKEN...), and the
     token from the optional Secret when the spec gives none and no envFrom Secret may:
     an ``env`` entry beats envFrom, so it would shadow the engine's own token."""
-    out: list[Object] = [{"name": k, "value": v} for k, v in spec_env.items() if k[:3] == "HF_"]
+    out: list[Object] = [
+        {"name": k, "value": literal(v)} for k, v in spec_env.items() if k[:3] == "HF_"
+    ]
     if token_secret and "HF_TOKEN" not in spec_env:
         ref = {"name": TOKEN_SECRET, "key": "token", "optional": True}
         out.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
