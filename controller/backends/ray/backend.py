@@ -28,13 +28,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.base import ExitStatus, Held, StartRequest
 from controller.backends.ray import cluster, naming
-from controller.backends.ray.actor import (
-    MISSING_MODEL,
-    PULLING_IMAGE,
-    EngineHost,
-    EngineJob,
-    HostStatus,
-)
+from controller.backends.ray.actor import EngineHost
+from controller.backends.ray.enginejob import MISSING_MODEL, PULLING_IMAGE, EngineJob, HostStatus
 from controller.backends.ray.imagefetch import ImageFetch
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.backends.ray.pulls import RayPuller
