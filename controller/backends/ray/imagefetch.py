@@ -9,7 +9,7 @@ the backend's ``fetching`` says its image is there (``Observed.fetching``): so t
 and the pull happen here, first, on one node, by a Ray task that holds no GPU (a token of
 CPU, so its node affinity holds). On that node the container wrapper answers as on one
 host (its ``fetching`` and ``fetch``), in the folder the engine's actor uses there
-(``enginejob.node_root``): the actor's launch then reads the ended pull. The node is the one
+(``hostwords.node_root``): the actor's launch then reads the ended pull. The node is the one
 noted for the image (``imagenodes.py``) while it fits, else the one with the most free
 GPUs (a node with room before one without); the launch asks Ray for it (a soft pin).
 
@@ -38,7 +38,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.base import Held
 from controller.backends.ray import cluster, naming
-from controller.backends.ray.enginejob import node_root
+from controller.backends.ray.hostwords import node_root
 from controller.backends.ray.imagenodes import ImageNodes
 from controller.core.imagepulls import ImageWait
 from controller.core.manifest.specs import DeploymentSpec

@@ -31,20 +31,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import ray
 
 from controller.backends.base import StartRequest, engine_env
 from controller.backends.local.container import container_name, exit_file, runtime_in
 from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
-from controller.backends.ray.enginejob import (
-    MISSING_MODEL,
-    PULLING_IMAGE,
-    EngineJob,
-    HostStatus,
-    node_root,
-)
-from controller.backends.ray.naming import device_key
+from controller.backends.ray.hostwords import MISSING_MODEL, PULLING_IMAGE, node_root
 from controller.core.devices.inventory import Device
 from controller.core.imagepulls import FAILED
 from controller.core.manifest.specs import Entry
@@ -67,10 +61,28 @@ PR_SET_PDEATHSIG = 1
 log = get_logger("reconcile")
 
 
+class Job(Protocol):
+    """What the engine reads of its actor's job (``actor.EngineJob``: this module imports
+    nothing of ``actor``, which imports it)."""
+
+    @property
+    def entry(self) -> Entry: ...
+    @property
+    def nonce(self) -> str: ...
+    @property
+    def state_key(self) -> str: ...
+    @property
+    def base_port(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def model_path(self) -> str | None: ...
+
+
 class NodeEngine:
     """One engine's life on this node, for its actor (``actor.EngineHost``)."""
 
-    def __init__(self, job: EngineJob) -> None:
+    def __init__(self, job: Job) -> None:
         self.job = job
         self.node_id = ray.get_runtime_context().get_node_id()
         self.address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
@@ -93,20 +105,7 @@ class NodeEngine:
         self.thread.start()
         self.first.wait(FIRST_SPAWN_WAIT)
 
-    # -- what the actor answers the driver -------------------------------------------
-
-    def status(self) -> HostStatus:
-        with self.lock:
-            return HostStatus(
-                node_id=self.node_id,
-                host=self.address,
-                devices=tuple(device_key(self.node_id, g) for g in self.gpus),
-                port=self.port,
-                ref=self.ref,
-                message=self.message,
-                ended=self.ended,
-                container=self.container,
-            )
+    # -- what the actor answers the driver (its status: the fields above) ------------
 
     def log_tail(self, count: int) -> list[str]:
         return logfiles.current_run_tail(self.log_path, count)
