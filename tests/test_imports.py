@@ -227,13 +227,15 @@ def test_a_daemon_s_first_pass_imports_no_http_nor_gateway(tmp_path: Path) -> No
 # The Ray driver process (`driverproc.py`: a child of each Ray CLI call, and of the
 # daemon) up to its ray.init: it holds the actors' handles and runs no engine, so the local
 # backend's spawn, the container runtimes, the ports and the planner's back-off are
-# imported by the actor on its node (ray/actor.py), never here: they were ~0.12 s of the
-# ~0.9 s of CPU a driver start takes, and each Ray CLI call starts one.
+# imported by the actor on its node (ray/actor.py), as the fetchers by the pull actor
+# (ray/pullactor.py), never here: they were ~0.12 s of the ~0.9 s of CPU a driver start
+# takes, and each Ray CLI call starts one.
 RAY_DRIVER_PROBE = "import sys, controller.backends.ray.driverproc; REPORT sys.exit(bad or 0)"
 RAY_DRIVER_UNUSED = (
     "controller.backends.ray.nodeengine,controller.backends.local.runtime,"
     "controller.backends.local.container,controller.host.containers,controller.host.ports,"
-    "controller.core.plan,controller.core.planner"
+    "controller.core.plan,controller.core.planner,controller.pull.worker,controller.pull.hubfetch,"
+    "controller.pull.urlfetch"
 )
 
 
