@@ -6,6 +6,7 @@ module-level import of the specs from the records (or the views) would undo it s
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -221,3 +222,26 @@ def test_a_daemon_s_first_pass_imports_no_http_nor_gateway(tmp_path: Path) -> No
     common = ["--allow-empty", "-f", f"{tmp_path}/m", "--state-dir", f"{tmp_path}/s"]
     argv = ["-q", *common, "--node", "d", "--devices", "nvidia:0"]
     _held(DAEMON_PROBE, DAEMON_UNUSED, argv, NOTIFY_SOCKET=str(tmp_path / "notify"))
+
+
+# The Ray driver process (`driverproc.py`: a child of each Ray CLI call, and of the
+# daemon) up to its ray.init: it holds the actors' handles and runs no engine, so the local
+# backend's spawn, the container runtimes, the ports and the planner's back-off are
+# imported by the actor on its node (ray/actor.py), as the fetchers by the pull actor
+# (ray/pullactor.py), never here: they were ~0.12 s of the ~0.9 s of CPU a driver start
+# takes, and each Ray CLI call starts one.
+RAY_DRIVER_PROBE = "import sys, controller.backends.ray.driverproc; REPORT sys.exit(bad or 0)"
+RAY_DRIVER_UNUSED = (
+    "controller.backends.ray.nodeengine,controller.backends.local.runtime,"
+    "controller.backends.local.container,controller.host.containers,controller.host.ports,"
+    "controller.core.plan,controller.core.planner,controller.pull.worker,controller.pull.hubfetch,"
+    "controller.pull.urlfetch"
+)
+
+
+NO_RAY = importlib.util.find_spec("ray") is None
+
+
+@pytest.mark.skipif(NO_RAY, reason="the ray extra is not installed")
+def test_the_ray_driver_process_imports_no_engine_machinery() -> None:
+    _held(RAY_DRIVER_PROBE, RAY_DRIVER_UNUSED, [])

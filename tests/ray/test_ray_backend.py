@@ -12,8 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from olderhost import WORKER_ENV, OlderHost
 from procs import alive, cmdline, wait_for
 from rayhelp import end_ours, engines_gone, ours, ray
+
+from controller.backends.ray import naming
+from controller.backends.ray.actor import EngineJob
+from controller.store.sources.manifests import load
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = {"count": 1, "kind": "nvidia"}
@@ -302,6 +307,43 @@ def test_the_log_of_an_actor_gone_since_the_last_look_is_empty(cluster: Any, tmp
     backend = RayBackend(cluster.address, str(tmp_path), "owner")
     backend._seen = {("nowhere", "n1"): SeenActor("nowhere", "web.n1", "web", "n1", None)}
     assert backend.log_tail("web", 10) == []
+
+
+def test_an_actor_whose_class_the_driver_cannot_load_is_read_and_stopped(rc: Reconcile) -> None:
+    """An older reconcile's actor after an upgrade: its class (EngineHost with the methods
+    nodeengine.py has now) does not load in the new driver, whose calls then take keywords
+    only. `logs` and `down` still read its engine's log and stop it (positional calls were
+    a TypeError traceback, and the engine left running)."""
+    rc.write("a", command=ENGINE, devices=GPU)
+    rc.converge(timeout="120s")
+    first = rc.status()["a"]
+    (found,) = ours()
+    ns, name = found["namespace"], found["name"]
+    ray.kill(ray.get_actor(name, namespace=ns), no_restart=True)
+    wait_for(lambda: not ours(), timeout=30, what="a's actor gone")
+    wait_for(lambda: not alive(first["pid"]), timeout=30, what="a's engine dies with its actor")
+    entry = load([rc.manifests], backend="ray").entries["a"]
+    parsed = naming.parse(name)
+    assert parsed is not None
+    job = EngineJob(entry=entry, nonce=parsed[1], state_key=ns, base_port=first["port"], record="a")
+    older = (
+        ray.remote(OlderHost)
+        .options(
+            name=name,
+            namespace=ns,
+            lifetime="detached",
+            num_gpus=1,
+            max_concurrency=4,
+            runtime_env=WORKER_ENV,
+        )
+        .remote(job)
+    )
+    ref = ray.get(older.status.remote(), timeout=90).ref
+    assert ref is not None, "the older actor started its engine"
+    assert "demo engine" in rc("logs", "a", check=0).out
+    rc.down()
+    wait_for(lambda: not alive(ref.pid), timeout=30, what="the older actor's engine stopped")
+    wait_for(lambda: not ours(), timeout=30, what="the older actor killed")
 
 
 @pytest.fixture

@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 from rayhelp import engines_gone, ray_engines
+from strategies import record
+
+from controller.core.state import Phase
 
 GPU = {"count": 1, "kind": "nvidia"}
 
@@ -85,6 +88,19 @@ def test_describe_of_a_ray_record_shows_it_while_the_cluster_is_unreachable(
         reconcile.down()
     assert "Name:         web" in got.out and "Events:" in got.out, got.out
     assert "<not read: cannot reach the Ray cluster at 127.0.0.1:9" in got.out, got.out
+
+
+def test_describe_of_a_ray_deployment_that_never_started_asks_nothing_of_the_cluster(
+    reconcile: Any,
+) -> None:
+    """Pending since it was written (no instance, so no log on any node): describe shows it
+    without a Ray driver (~1 s of CPU a call), so with the cluster unreachable it says
+    nothing of the cluster: it said its log was "<not read: cannot reach...>"."""
+    reconcile.store().write(record("web", phase=Phase.PENDING, backend="ray", nonce=None, node=""))
+    flags = ("--backend", "ray", "--ray-address", "127.0.0.1:9")
+    got = reconcile("describe", "web", *flags, check=0)
+    assert "Name:         web" in got.out and "Phase:" in got.out, got.out
+    assert "<not read" not in got.out and "<none>" in got.out, got.out
 
 
 @pytest.mark.parametrize(

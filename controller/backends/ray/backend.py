@@ -9,6 +9,11 @@ the launch pins the actor to a node that holds the file. ``spec.nodeSelector`` i
 against the Ray nodes' labels (``ray start --labels``): the actor carries it as Ray's
 ``label_selector`` (a beta API of Ray, hence the version cap in pyproject.toml), and
 every node this class picks itself (a replica's, a pull's) is one that matches.
+
+An actor's methods are called with keywords: Ray keeps an actor's class with its methods
+by name, and a driver that cannot load it (an older reconcile's actor, whose
+``EngineHost`` had the methods ``nodeengine.NodeEngine`` has now) is handed methods that
+take keywords only; a positional call was a TypeError, and its engine not read or stopped.
 """
 
 from __future__ import annotations
@@ -28,13 +33,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.base import ExitStatus, Held, StartRequest
 from controller.backends.ray import cluster, naming
-from controller.backends.ray.actor import (
-    MISSING_MODEL,
-    PULLING_IMAGE,
-    EngineHost,
-    EngineJob,
-    HostStatus,
-)
+from controller.backends.ray.actor import EngineHost, EngineJob, HostStatus
+from controller.backends.ray.hostwords import MISSING_MODEL, PULLING_IMAGE
 from controller.backends.ray.imagefetch import ImageFetch
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.backends.ray.pulls import RayPuller
@@ -468,7 +468,7 @@ class RayBackend(OnTheirNodes):
         ns, actor = found
         try:
             ray.get(
-                handle.stop.remote(rec.stop_signal, rec.grace_seconds),
+                handle.stop.remote(sig=rec.stop_signal, grace=rec.grace_seconds),
                 timeout=rec.grace_seconds + 10,
             )
         except (GetTimeoutError, RayActorError) as exc:
@@ -511,7 +511,7 @@ class RayBackend(OnTheirNodes):
         """Ask the actor to kill its engine now: a container's main process is the
         runtime's child, not the actor's, so it would outlive ``ray.kill``."""
         try:
-            ray.get(handle.stop.remote(signal.SIGKILL, 0.0), timeout=STOP_TIMEOUT)
+            ray.get(handle.stop.remote(sig=signal.SIGKILL, grace=0.0), timeout=STOP_TIMEOUT)
         except (GetTimeoutError, RayActorError) as exc:
             log.warning("actor did not stop its engine", actor=actor, error=str(exc))
 
@@ -563,7 +563,7 @@ class RayBackend(OnTheirNodes):
                 if handle is None:  # gone since the last refresh (its node was lost)
                     return []
                 try:
-                    lines: list[str] = ray.get(handle.log_tail.remote(count), timeout=5)
+                    lines: list[str] = ray.get(handle.log_tail.remote(count=count), timeout=5)
                     return lines
                 except (GetTimeoutError, RayActorError):
                     return []
@@ -576,7 +576,7 @@ class RayBackend(OnTheirNodes):
         if handle is None:
             return None
         try:
-            chunk: tuple[bytes, int] = ray.get(handle.log_since.remote(offset), timeout=10)
+            chunk: tuple[bytes, int] = ray.get(handle.log_since.remote(offset=offset), timeout=10)
         except (GetTimeoutError, RayActorError):
             return None
         return chunk

@@ -9,7 +9,7 @@ the backend's ``fetching`` says its image is there (``Observed.fetching``): so t
 and the pull happen here, first, on one node, by a Ray task that holds no GPU (a token of
 CPU, so its node affinity holds). On that node the container wrapper answers as on one
 host (its ``fetching`` and ``fetch``), in the folder the engine's actor uses there
-(``actor.node_root``): the actor's launch then reads the ended pull. The node is the one
+(``hostwords.node_root``): the actor's launch then reads the ended pull. The node is the one
 noted for the image (``imagenodes.py``) while it fits, else the one with the most free
 GPUs (a node with room before one without); the launch asks Ray for it (a soft pin).
 
@@ -30,21 +30,23 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.base import Held
-from controller.backends.local.container import Wrapper
 from controller.backends.ray import cluster, naming
-from controller.backends.ray.actor import node_root
+from controller.backends.ray.hostwords import node_root
 from controller.backends.ray.imagenodes import ImageNodes
 from controller.core.imagepulls import ImageWait
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.render import container_image
 from controller.errors import ContainerError
+
+if TYPE_CHECKING:  # the driver never loads it: the node does (_wrapper)
+    from controller.backends.local.container import Wrapper
 
 ANSWER_TIMEOUT = 30.0  # a task on the node: a worker started there, one `image inspect`
 
@@ -56,7 +58,11 @@ def image_key(spec: DeploymentSpec) -> str:
 
 
 def _wrapper(state_key: str) -> Wrapper:
-    """The container wrapper as the engine's actor on this node has it (its state)."""
+    """The container wrapper as the engine's actor on this node has it (its state).
+    Imported here, on the node: the driver imports this module at every start (each Ray
+    CLI call), and never runs a container itself (``actor.py`` says what that costs)."""
+    from controller.backends.local.container import Wrapper
+
     return Wrapper(str(node_root(state_key).resolve()), None, static_devices=True)
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 import ray
 
 from controller.core.pulls import PullView
-from controller.pull import worker
 from controller.pull.job import Job
 from controller.store.models import modelcache
 from controller.store.models.modelcache import CacheEntry
@@ -66,6 +65,10 @@ class ModelPull:
         )
         self.entry = CacheEntry.of(self.job.cache, job.source.key)
         self.entry.ensure()
+        # Imported here, on the node: the driver imports this module at every start (each
+        # Ray CLI call) and never fetches a file itself (``actor.py`` says what that costs).
+        from controller.pull import worker
+
         self.thread = threading.Thread(
             target=worker.run, args=(self.job,), name="pull", daemon=True
         )

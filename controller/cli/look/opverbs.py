@@ -176,22 +176,35 @@ def _removed(where: Path, name: str) -> str | None:
 
 def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
     """describe's log lines of an engine on a cluster node, read through its backend."""
-    if not on_cluster(cfg.backend):
-        return None
-    from controller.backends.choose import open_backend
-    from controller.cli.render.describe import LOG_LINES
+    return _RemoteTail(cfg) if on_cluster(cfg.backend) else None
 
-    try:
-        backend = open_backend(cfg)
-    except BackendUnavailable as exc:  # the record and its events are still worth showing
-        said = [f"<not read: {exc}>"]
-        return lambda rec: said
 
-    def tail(rec: Record) -> list[str]:
-        got = backend.log_since(rec, 0)
+class _RemoteTail:
+    """The backend is opened at the first record that has an instance (a nonce): describing
+    deployments that never started (Pending for a GPU) starts no Ray driver (~1 s of CPU)
+    and says nothing of the cluster, as no node has a log of theirs to read."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.backend: Backend | None = None
+        self.refused: list[str] = []
+
+    def __call__(self, rec: Record) -> list[str]:
+        from controller.cli.render.describe import LOG_LINES
+
+        if rec.nonce is None:
+            return []  # no instance ever ran
+        if self.backend is None and not self.refused:
+            from controller.backends.choose import open_backend
+
+            try:
+                self.backend = open_backend(self.cfg)
+            except BackendUnavailable as exc:  # the record and its events are still shown
+                self.refused = [f"<not read: {exc}>"]
+        if self.backend is None:
+            return self.refused
+        got = self.backend.log_since(rec, 0)
         return [] if got is None else got[0].decode("utf-8", "replace").splitlines()[-LOG_LINES:]
-
-    return tail
 
 
 # -- plan / schema ------------------------------------------------------------
