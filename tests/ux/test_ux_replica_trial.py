@@ -41,3 +41,34 @@ def test_a_rolling_bound_that_is_no_count_is_refused_and_the_replicas_serve_on(
     assert {name: status[name]["pid"] for name in pids} == pids  # invariant 4: untouched
     assert all(status[name]["phase"] == "Ready" for name in pids), status
     rc.down()
+
+
+def test_describe_says_no_last_exit_of_an_engine_a_rolled_back_update_left_alone(
+    reconcile: Any,
+) -> None:
+    """A rolling update whose new version crashed, then fixed: the engine the fix rolled
+    in never exited, and `describe` says so (kubectl's Last State of a new Pod is empty).
+    It showed the abandoned `@next`'s crash and log lines as this engine's last exit."""
+    rc = reconcile
+    rc.write("web", strategy="RollingUpdate")
+    rc.converge()
+    rc.write("web", strategy="RollingUpdate", args=["--load-seconds", "bad"])
+
+    def crashed() -> bool:
+        rc.once(check=None)
+        return any(
+            e.get("action") == "fail" and e.get("instance") == "web@next" for e in rc.events("web")
+        )
+
+    rc.wait_for(crashed, timeout=60, what="the bad version's crash")
+    rc.write("web", strategy="RollingUpdate", args=["--chunks", "4"])
+    rc.converge()
+    fixed = rc.status()["web"]
+    assert fixed["phase"] == "Ready" and fixed["restarts"] == 0, fixed
+    text = rc("describe", "web", check=0).out
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Last exit:"))
+    assert lines[at] == "Last exit:    -", text
+    assert "its last log lines" not in lines[at + 1], text  # the crash's are not its own
+    assert " fail " in text, text  # the crash stays in the events, where it belongs
+    rc.down()
