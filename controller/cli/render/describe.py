@@ -264,8 +264,8 @@ def _last_exit(rec: Record, events: list[dict[str, Any]], now: datetime) -> list
     # The journal is the deployment's: a record that never ended a run (a promoted @next,
     # a replica placed anew) shares it with the instances before it, and their fails (an
     # abandoned rolling update's) are no exit of its engine.
-    ended = rec.last_exit is not None or rec.restarts > 0 or rec.phase in EXITED
-    last = fails[-1] if fails and ended else None
+    exited = rec.last_exit is not None or rec.restarts > 0 or rec.phase in EXITED
+    last = fails[-1] if fails and exited else None
     if rec.last_exit is not None:
         ended = rec.last_exit
         head = f"{ended} at {iso(ended.at)} ({age(ended.at, now)} ago)"
