@@ -72,3 +72,27 @@ def test_describe_says_no_last_exit_of_an_engine_a_rolled_back_update_left_alone
     assert "its last log lines" not in lines[at + 1], text  # the crash's are not its own
     assert " fail " in text, text  # the crash stays in the events, where it belongs
     rc.down()
+
+
+def test_max_unavailable_100_percent_replaces_every_replica_at_once_and_plan_says_so(
+    reconcile: Any,
+) -> None:
+    """maxSurge 0, maxUnavailable 100%: Kubernetes replaces every replica at once, and
+    `plan` says that path. It said "one at a time in place, at most 3 down" of it."""
+    rc = reconcile
+    rc.devices = "nvidia:0,nvidia:1,nvidia:2"
+    bounds = {"maxSurge": 0, "maxUnavailable": "100%"}
+    spec = {**ROLLING, "replicas": 3, "rollingUpdate": bounds}
+    rc.write("web", **spec)
+    rc.converge()
+    names = ("web", "web@1", "web@2")
+    before = {name: rc.status()[name]["pid"] for name in names}
+    rc.write("web", **spec, args=["--chunks", "4"])
+    plan = rc("plan", check=2).out
+    assert plan.count("no surge: up to 3 at a time in place, at most 3 down") == 3, plan
+    assert "one at a time" not in plan, plan
+    rc.converge()
+    after = rc.status()
+    assert all(after[name]["phase"] == "Ready" for name in names), after
+    assert all(after[name]["pid"] != before[name] for name in names), (before, after)
+    rc.down()
