@@ -62,7 +62,7 @@ def _place(
     # among them: a Park or a Preempt the daemon began, which holds its devices until its
     # group is gone): the start waits for them, parking and preempting nobody more.
     if leaving and ledger.places_without(entry.deployment.spec, leaving):
-        return [start]
+        return [_making_room(ctx, ledger, start, leaving)]
     # Idle OnDemand engines are parked for any start, as the README says (a new deployment,
     # a replica `replicas` or the autoscaler asks for, an OnDemand start): before a
     # preemption, which stops an engine at work.
@@ -72,6 +72,26 @@ def _place(
     priority = entry.deployment.spec.priority
     lower = [c for c in running if c.priority < priority and c.name not in preempted]
     return preempt(ctx, ledger, start, why=want.why, lower=lower, leaving=leaving, others=others)
+
+
+def _making_room(ctx: Context, ledger: PlanLedger, held: Hold, leaving: frozenset[str]) -> Hold:
+    """A start that what this plan stops makes room for waits for them, and says so: its
+    placement's "no capacity: remove a manifest" sent the operator of a preemption whose
+    victim finishes its answers (up to its grace period) to cut what was already done."""
+    spec = held.entry.deployment.spec
+    going = sorted(n for n in leaving if not ledger.places_without(spec, leaving - {n}))
+    going = going or sorted(leaving)  # any of them would do: name them all
+    views = [ctx.observed.records.get(name) for name in going]
+    said = [
+        f"{v.record.name}: {v.record.message}" if v.record.message else v.record.name
+        for v in views
+        if v is not None
+    ]
+    if not said:
+        return held
+    them = ", ".join(going)
+    why = f"waiting for {them} to stop, which makes room ({'; '.join(said)})"
+    return replace(held, reason=why)
 
 
 def _room_taken(held: Hold, image: str) -> Hold:
