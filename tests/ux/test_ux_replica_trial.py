@@ -96,3 +96,21 @@ def test_max_unavailable_100_percent_replaces_every_replica_at_once_and_plan_say
     assert all(after[name]["phase"] == "Ready" for name in names), after
     assert all(after[name]["pid"] != before[name] for name in names), (before, after)
     rc.down()
+
+
+def test_a_replica_name_no_record_has_is_no_deployment_to_status_or_describe(
+    reconcile: Any,
+) -> None:
+    """`status web@1` and `describe web@1` show web (a record's own name picks its
+    deployment); `web@7` of a 2-replica web is nothing, exit 1 as kubectl's NotFound,
+    as `restart` and `down` say already. It showed all of web, exit 0."""
+    rc = reconcile
+    rc.write("web", replicas=2, devices={"count": 1, "kind": "nvidia"})
+    rc.converge()
+    for verb in ("status", "describe"):
+        shown = rc(verb, "web@1", check=0)
+        assert "web" in shown.out, shown
+        missing = rc(verb, "web@7", check=1)
+        assert "no deployment named 'web@7'" in missing.err, missing
+        assert "did you mean 'web'?" in missing.err and missing.out == "", missing
+    rc.down()
