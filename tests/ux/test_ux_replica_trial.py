@@ -114,3 +114,23 @@ def test_a_replica_name_no_record_has_is_no_deployment_to_status_or_describe(
         assert "no deployment named 'web@7'" in missing.err, missing
         assert "did you mean 'web'?" in missing.err and missing.out == "", missing
     rc.down()
+
+
+def test_plan_during_a_rolling_update_says_it_is_under_way_not_in_sync(reconcile: Any) -> None:
+    """Mid-rollout (a new instance Starting beside the old ones), `plan` said "In sync: a
+    pass would change nothing" of replicas serving their old spec, "unchanged". Kubernetes'
+    `rollout status` says it waits for the rollout: so does `plan` now (exit 0, as no pass
+    has anything to do that the rollout does not do by itself)."""
+    rc = reconcile
+    rc.devices = "nvidia:0,nvidia:1,nvidia:2"
+    rc.write("web", **ROLLING)
+    rc.converge()
+    rc.write("web", **ROLLING, args=["--load-seconds", "600"])  # Starting while we look
+    rc.once()
+    assert rc.status()["web@next"]["phase"] == "Starting", rc.status()
+    plan = rc("plan", check=0).out
+    old = "unchanged  Ready, on its old spec: the rolling update replaces it in turn"
+    assert plan.count(old) == 2, plan  # web and web@1
+    assert "Rolling: a pass would change nothing now" in plan, plan
+    assert "In sync" not in plan, plan
+    rc.down()
