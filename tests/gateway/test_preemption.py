@@ -44,6 +44,9 @@ def test_a_preempted_engine_finishes_the_answer_it_streams(
     assert said == (
         "waiting for low to stop, which makes room (low: preempted by high (priority 10))"
     ), said
+    # `plan` beside the daemon says why low goes ("interrupted teardown" alone, before)
+    plan = reconcile("plan", check=1).out
+    assert "finishing a teardown under way: preempted by high (priority 10)" in plan, plan
     assert stream.thread.is_alive(), stream.body[-400:]  # all the while low's answer ran on
     held.release()
     g.wait_phase("high", "Ready", timeout=WAIT * 2)
