@@ -36,7 +36,7 @@ from controller.core.actions import (
 from controller.core.imagepulls import NEVER
 from controller.core.manifest.names import instance_of, is_next
 from controller.core.manifest.sources import Source
-from controller.core.plan import Desired, is_turn
+from controller.core.plan import Desired, is_turn, makes_room
 from controller.core.pulls import size_text
 from controller.core.state import Observed, Phase, Record
 from controller.pull.sizes import remote_size
@@ -277,8 +277,11 @@ def blocked(found: Sequence[Change]) -> list[Change]:
     """What cannot start now (a name owned elsewhere, no room, drained, invalid) or will
     not run after the pass (a preempted deployment, stopped and left Pending): a pass
     would leave it Pending and `--once` exit 1, so `plan` exits 1 too. A turn on a shared
-    device is none: `--once` exits 0 on it, as the next pass starts it."""
-    waits = [c for c in found if c.kind == "wait" and not is_turn(c.reason)]
+    device is none: `--once` exits 0 on it, as the next pass starts it; nor is a start
+    waiting for what this pass stops (`makes_room`): the pass starts it after them."""
+    waits = [
+        c for c in found if c.kind == "wait" and not is_turn(c.reason) and not makes_room(c.reason)
+    ]
     return waits + [c for c in found if c.action == Preempt.verb]
 
 

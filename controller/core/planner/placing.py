@@ -18,6 +18,8 @@ from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.ondemand import swap
 from controller.core.planner.preemption import candidates, foreign, preempt
 
+MAKES_ROOM = ", which makes room"  # a start waiting for what this pass stops
+
 
 def place_wanted(
     ctx: Context, ledger: PlanLedger, wants: Sequence[Want], leaving: frozenset[str]
@@ -82,16 +84,18 @@ def _making_room(ctx: Context, ledger: PlanLedger, held: Hold, leaving: frozense
     going = sorted(n for n in leaving if not ledger.places_without(spec, leaving - {n}))
     going = going or sorted(leaving)  # any of them would do: name them all
     views = [ctx.observed.records.get(name) for name in going]
-    said = [
-        f"{v.record.name}: {v.record.message}" if v.record.message else v.record.name
-        for v in views
-        if v is not None
-    ]
-    if not said:
+    if not any(views):
         return held
     them = ", ".join(going)
-    why = f"waiting for {them} to stop, which makes room ({'; '.join(said)})"
+    whys = [f"{v.record.name}: {v.record.message}" for v in views if v and v.record.message]
+    why = f"waiting for {them} to stop{MAKES_ROOM}" + (f" ({'; '.join(whys)})" if whys else "")
     return replace(held, reason=why)
+
+
+def makes_room(why: str) -> bool:
+    """A Hold's reason that waits only for this pass's own teardowns: the pass (a
+    `--once` finishes them) starts it after them, so nothing needs the user."""
+    return MAKES_ROOM in why
 
 
 def _room_taken(held: Hold, image: str) -> Hold:
