@@ -21,7 +21,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.planner.context import EMPTIED, Context, Desired, Roll, Want
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.lifecycle import BACKOFF_RESET, restarts_after
-from controller.core.planner.placing import place_wanted
+from controller.core.planner.placing import makes_room, place_wanted
 from controller.core.planner.preemption import PREEMPTED, PREEMPTIBLE
 from controller.core.planner.pulling import gate
 from controller.core.planner.records import IN_PLACE, RESTARTED, judge, leader_of, rekeyed
@@ -42,6 +42,7 @@ __all__ = [
     "backoff",
     "is_turn",
     "leader_of",
+    "makes_room",
     "plan",
     "rekeyed",
     "restarts_after",

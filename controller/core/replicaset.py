@@ -130,3 +130,13 @@ def _replica(index: int, records: list[Record]) -> Replica:
 def selects(name: str, rec: Record) -> bool:
     """``status NAME``: NAME is the deployment (a record's own name picks its deployment)."""
     return base_name(rec.name) == base_name(name)
+
+
+def picked(name: str, records: Iterable[Record]) -> list[Record]:
+    """The records ``status NAME`` and ``describe NAME`` show: NAME's deployment, where
+    NAME is one or one of its records (``web@1`` picks ``web``). A replica's name that
+    no record has picks nothing: ``web@7`` of a 3-replica web showed all of web, exit 0."""
+    recs = list(records)
+    if name != base_name(name) and all(rec.name != name for rec in recs):
+        return []
+    return [rec for rec in recs if selects(name, rec)]

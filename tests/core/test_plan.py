@@ -776,7 +776,7 @@ CASES = [
         Case(
             desired(),
             observed(view(record("a", phase=Phase.TERMINATING), alive=True)),
-            expect=((Stop, "a", "finishing an interrupted teardown"),),
+            expect=((Stop, "a", "finishing a teardown under way"),),
         ),
         id="stop-finishes-interrupted-teardown",
     ),

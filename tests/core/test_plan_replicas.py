@@ -311,7 +311,7 @@ def test_rolling_without_surge_room_replaces_one_replica_at_a_time() -> None:
     actions = run(desired(_rolling()), _three(old), GPU3)
     assert shape(actions) == [("Replace", "web")]  # web@1 and web@2 serve
     assert "no room for a surge (no capacity" in actions[0].reason
-    assert "replacing one replica at a time in place, at most 1 down" in actions[0].reason
+    assert "replacing one at a time in place, at most 1 down" in actions[0].reason
 
 
 def test_rolling_in_place_waits_for_the_replaced_replica() -> None:
@@ -342,7 +342,7 @@ def test_rolling_max_surge_zero_replaces_up_to_max_unavailable() -> None:
     new = _rolling(rollingUpdate={"maxSurge": 0, "maxUnavailable": 2})
     actions = run(desired(new), _three(old), GPU4)  # room, but maxSurge 0 forbids a surge
     assert shape(actions) == [("Replace", "web"), ("Replace", "web@1")]
-    assert all("no surge: one at a time in place, at most 2 down" in a.reason for a in actions)
+    assert all("no surge: up to 2 at a time in place, at most 2 down" in a.reason for a in actions)
 
 
 def test_rolling_max_unavailable_percentage_rounds_down() -> None:

@@ -28,6 +28,7 @@ def test_the_public_names_are_pinned() -> None:
         "backoff",
         "is_turn",
         "leader_of",
+        "makes_room",
         "plan",
         "rekeyed",
         "restarts_after",

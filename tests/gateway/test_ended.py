@@ -75,6 +75,31 @@ def test_a_failed_deployment_is_answered_at_once_and_its_fallback_taken(
     g.finish()
 
 
+def test_a_deployment_scaled_to_zero_by_its_manifest_is_answered_at_once(
+    reconcile: Any, gateway: Any
+) -> None:
+    """``replicas: 0`` keeps a deployment declared with nothing running, and nothing
+    will start it: its request is refused at once (a Service with no endpoints), final,
+    saying how to scale it up. It waited out the readiness deadline (600 s) first."""
+    reconcile.write("zero", replicas=0, readiness=LONG)
+    reconcile.write("small", basePort=reconcile.port + 5)
+    g = gateway()
+    g.wait_phase("zero", "Idle")
+    g.wait_phase("small", "Ready")
+
+    answer = g.post("zero")  # a client timeout of WAIT: far below the 600 s deadline
+    assert answer.status == 503, answer
+    assert "Retry-After" not in answer.headers, answer.headers  # only a person helps
+    assert answer.headers.get("x-should-retry") == "false", answer.headers
+    error = answer.json()["error"]
+    assert error["code"] == "model_not_ready", error
+    message = error["message"]
+    assert "'zero' is scaled to 0 by its manifest (zero: spec.replicas: 0)" in message, message
+    assert "raise spec.replicas" in message, message
+    assert g.post("small").status == 200  # the pool beside it serves as ever
+    g.finish()
+
+
 def starting_engine(reconcile: Any, inproc: Gateway) -> tuple[Table, socket.socket, Record]:
     """Model ``m``'s one record, Starting, in the in-process gateway's table; a socket that
     never answers HTTP stands for its engine (the gateway's probe of it, made only while

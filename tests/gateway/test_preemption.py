@@ -36,6 +36,19 @@ def test_a_preempted_engine_finishes_the_answer_it_streams(
     )
     assert stream.thread.is_alive(), stream.body[-400:]
     os.kill(low, 0)  # ProcessLookupError: low was stopped before its answer ended
+    # Meanwhile high waits for low's stop and says so: it said "no capacity: ... remove a
+    # manifest or lower devices.count", sending its operator to undo what was under way.
+    said = reconcile.wait_for(
+        lambda: _pending(reconcile, "high", "which makes room"), timeout=WAIT, what="high's wait"
+    )
+    assert said == (
+        "waiting for low to stop, which makes room (low: preempted by high (priority 10))"
+    ), said
+    # `plan` beside the daemon says why low goes ("interrupted teardown" alone, before),
+    # and exits 2, not 1: high waits for nobody but low's stop, which the pass finishes
+    plan = reconcile("plan", check=2).out
+    assert "finishing a teardown under way: preempted by high (priority 10)" in plan, plan
+    assert stream.thread.is_alive(), stream.body[-400:]  # all the while low's answer ran on
     held.release()
     g.wait_phase("high", "Ready", timeout=WAIT * 2)
     stream.thread.join(timeout=WAIT)
@@ -43,6 +56,15 @@ def test_a_preempted_engine_finishes_the_answer_it_streams(
     was = reconcile.status()["low"]
     assert was["phase"] == "Pending" and "preempted by high (priority 10)" in was["message"]
     g.finish()
+
+
+def _pending(rc: Any, name: str, words: str) -> str | None:
+    """``name``'s message while it is Pending and says ``words``, else None."""
+    item = rc.status().get(name)
+    if item is None or item["phase"] != "Pending" or words not in (item["message"] or ""):
+        return None
+    message: str = item["message"]
+    return message
 
 
 def test_a_request_for_a_deployment_held_from_its_gpu_is_told_why(

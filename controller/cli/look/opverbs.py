@@ -96,14 +96,14 @@ class Described:
 
     def add(self, name: str | None) -> bool:
         """Describe ``name`` (None: what the selector picks); False when it failed."""
-        from controller.core.replicaset import group, selects
+        from controller.core.replicaset import group, picked
 
         state_dir, records = self.state_dir, self.records
         if name is not None and not record_name_ok(name):  # invariant 9: never a path
             known = {base_name(n) for n in self.snap.records}
             print(no_such(name, known, state_dir), file=sys.stderr)
             return False
-        sets = group(r for r in records if not name or selects(name, r))
+        sets = group(picked(name, records) if name else records)
         unreadable = _unreadable(self.snap.problems, name)
         _problems(list(unreadable))
         found = self._found(sets)
@@ -138,9 +138,9 @@ def _unreadable(problems: list[RecordProblem], name: str | None) -> list[RecordP
 def _none_described(
     args: argparse.Namespace, name: str | None, records: Iterable[Record], where: Path
 ) -> None:
-    from controller.core.replicaset import selects
+    from controller.core.replicaset import picked
 
-    if name and not any(selects(name, r) for r in records):
+    if name and not picked(name, records):
         print(no_such(name, (base_name(r.name) for r in records), where), file=sys.stderr)
         removed = _removed(where, name)
         if removed is not None:  # kubectl says NotFound; the node still has its story

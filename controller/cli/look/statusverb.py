@@ -46,7 +46,7 @@ from controller.cli.render.views import (
 )
 from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.names import base_name
-from controller.core.replicaset import group, selects
+from controller.core.replicaset import group, picked, selects
 from controller.core.state import Drain, Phase, Record, RecordView
 from controller.errors import ConfigError
 from controller.host import bootclock
@@ -270,9 +270,9 @@ def _named(
     known = [base_name(r.name) for r in records]
     for name in names:
         of_name = [p for p in problems if p.name and name in (p.name, base_name(p.name))]
-        picked = [r for r in records if selects(name, r) and r not in found.records]
-        if picked:
-            found.records += picked
+        chosen = [r for r in picked(name, records) if r not in found.records]
+        if chosen:
+            found.records += chosen
             found.problems += of_name
         else:  # its unreadable record says why it is not shown, else the names there are
             said = [f"error: {p.message}" for p in of_name]

@@ -261,7 +261,11 @@ def _readiness(rec: Record, now: datetime) -> str:
 def _last_exit(rec: Record, events: list[dict[str, Any]], now: datetime) -> list[str]:
     """How the engine last ended, and the log lines before it (kept in its fail event)."""
     fails = [e for e in events if e.get("action") == "fail"]
-    last = fails[-1] if fails else None
+    # The journal is the deployment's: a record that never ended a run (a promoted @next,
+    # a replica placed anew) shares it with the instances before it, and their fails (an
+    # abandoned rolling update's) are no exit of its engine.
+    exited = rec.last_exit is not None or rec.restarts > 0 or rec.phase in EXITED
+    last = fails[-1] if fails and exited else None
     if rec.last_exit is not None:
         ended = rec.last_exit
         head = f"{ended} at {iso(ended.at)} ({age(ended.at, now)} ago)"

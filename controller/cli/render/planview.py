@@ -34,17 +34,17 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.imagepulls import NEVER
-from controller.core.manifest.names import instance_of
+from controller.core.manifest.names import instance_of, is_next
 from controller.core.manifest.sources import Source
-from controller.core.plan import Desired, is_turn
+from controller.core.plan import Desired, is_turn, makes_room
 from controller.core.pulls import size_text
-from controller.core.state import Observed, Phase
+from controller.core.state import Observed, Phase, Record
 from controller.pull.sizes import remote_size
 from controller.reconciler.pulling import FAILING_AFTER
 from controller.redact import printable
 
 if TYPE_CHECKING:
-    from controller.core.manifest.specs import DeploymentSpec
+    from controller.core.manifest.specs import DeploymentSpec, Entry
 
 
 # What ``plan`` says of a Pull: the bytes to download (asked of the server when no pull
@@ -106,6 +106,7 @@ class Change:
     download: dict[str, Any] | None = None  # a Pull: {"bytes": n or null} still to download
     runs: CommandLine | None = None  # a start's: what it would run (a process, a container)
     placed: str | None = None  # a replace's new engine: where a later round places it
+    rolling: bool = False  # an unchanged instance on its old spec, waiting its turn to roll
 
     def as_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -171,8 +172,23 @@ def changes(
     for name in sorted((set(desired.entries) | ours) - touched):
         view = observed.records.get(name)
         phase = str(view.record.phase) if view else "not started"
-        out.append(Change(name, "unchanged", "none", phase, pending=False))
+        rolling = view is not None and _waits_its_turn(view.record, wanted.get(name))
+        if rolling:
+            phase += ", on its old spec: the rolling update replaces it in turn"
+        out.append(Change(name, "unchanged", "none", phase, pending=False, rolling=rolling))
     return out
+
+
+def _waits_its_turn(rec: Record, entry: Entry | None) -> bool:
+    """An instance serving its old spec that no action touches: a rolling update under
+    way replaces it once the new instances before it are Ready (a spec change of any
+    other kind is an action of this plan: a replace, an update, a hold)."""
+    return (
+        entry is not None
+        and not is_next(rec.name)
+        and rec.phase in (Phase.READY, Phase.STARTING)
+        and rec.spec_hash != entry.hash
+    )
 
 
 def _shown(change: Change, action: Action, runs: Runs, later: Later) -> Change:
@@ -261,8 +277,11 @@ def blocked(found: Sequence[Change]) -> list[Change]:
     """What cannot start now (a name owned elsewhere, no room, drained, invalid) or will
     not run after the pass (a preempted deployment, stopped and left Pending): a pass
     would leave it Pending and `--once` exit 1, so `plan` exits 1 too. A turn on a shared
-    device is none: `--once` exits 0 on it, as the next pass starts it."""
-    waits = [c for c in found if c.kind == "wait" and not is_turn(c.reason)]
+    device is none: `--once` exits 0 on it, as the next pass starts it; nor is a start
+    waiting for what this pass stops (`makes_room`): the pass starts it after them."""
+    waits = [
+        c for c in found if c.kind == "wait" and not is_turn(c.reason) and not makes_room(c.reason)
+    ]
     return waits + [c for c in found if c.action == Preempt.verb]
 
 
@@ -304,6 +323,11 @@ def text(found: Sequence[Change], errors: Sequence[str]) -> str:
     )
     if blocked(found) or errors:
         lines.append("Not in sync: what waits or is invalid needs you (a pass exits 1).")
+    elif not pending(found) and any(c.rolling for c in found):
+        lines.append(
+            "Rolling: a pass would change nothing now; the rolling update under way goes "
+            "on by itself as its new instances get Ready."
+        )
     elif not pending(found):
         lines.append("In sync: a pass would change nothing.")
     return "\n".join(lines)

@@ -404,12 +404,18 @@ Replicas = Annotated[int, Field(ge=0, le=MAX_REPLICAS), NOT_BOOL]
 
 
 def _surge(value: Any) -> Any:
-    """``1`` or ``"25%"`` (Kubernetes' IntOrString); the percentage is checked here."""
-    if isinstance(value, str) and value.endswith("%"):
-        number = value[:-1]
-        if not number.isdigit() or int(number) > 100:
-            raise ValueError(f"{short(value)} is not a percentage from 0% to 100%")
+    """``1`` or ``"25%"`` (Kubernetes' IntOrString), checked here as Kubernetes does: a
+    string that is no percentage ("abc", "25") or a negative count is refused, not left
+    for the rollout to trip on."""
+    if isinstance(value, str):
+        number = value.removesuffix("%")
+        if number == value or not number.isdigit() or int(number) > 100:
+            raise ValueError(
+                f"{short(value)} is not a percentage from 0% to 100% (or write a count, 0 or more)"
+            )
         return value
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"{value} is below 0: a count of replicas, 0 or more (or a percentage)")
     return _not_bool(value)
 
 

@@ -18,6 +18,8 @@ from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.ondemand import swap
 from controller.core.planner.preemption import candidates, foreign, preempt
 
+MAKES_ROOM = ", which makes room"  # a start waiting for what this pass stops
+
 
 def place_wanted(
     ctx: Context, ledger: PlanLedger, wants: Sequence[Want], leaving: frozenset[str]
@@ -62,7 +64,7 @@ def _place(
     # among them: a Park or a Preempt the daemon began, which holds its devices until its
     # group is gone): the start waits for them, parking and preempting nobody more.
     if leaving and ledger.places_without(entry.deployment.spec, leaving):
-        return [start]
+        return [_making_room(ctx, ledger, start, leaving)]
     # Idle OnDemand engines are parked for any start, as the README says (a new deployment,
     # a replica `replicas` or the autoscaler asks for, an OnDemand start): before a
     # preemption, which stops an engine at work.
@@ -72,6 +74,28 @@ def _place(
     priority = entry.deployment.spec.priority
     lower = [c for c in running if c.priority < priority and c.name not in preempted]
     return preempt(ctx, ledger, start, why=want.why, lower=lower, leaving=leaving, others=others)
+
+
+def _making_room(ctx: Context, ledger: PlanLedger, held: Hold, leaving: frozenset[str]) -> Hold:
+    """A start that what this plan stops makes room for waits for them, and says so: its
+    placement's "no capacity: remove a manifest" sent the operator of a preemption whose
+    victim finishes its answers (up to its grace period) to cut what was already done."""
+    spec = held.entry.deployment.spec
+    going = sorted(n for n in leaving if not ledger.places_without(spec, leaving - {n}))
+    going = going or sorted(leaving)  # any of them would do: name them all
+    views = [ctx.observed.records.get(name) for name in going]
+    if not any(views):
+        return held
+    them = ", ".join(going)
+    whys = [f"{v.record.name}: {v.record.message}" for v in views if v and v.record.message]
+    why = f"waiting for {them} to stop{MAKES_ROOM}" + (f" ({'; '.join(whys)})" if whys else "")
+    return replace(held, reason=why)
+
+
+def makes_room(why: str) -> bool:
+    """A Hold's reason that waits only for this pass's own teardowns: the pass (a
+    `--once` finishes them) starts it after them, so nothing needs the user."""
+    return MAKES_ROOM in why
 
 
 def _room_taken(held: Hold, image: str) -> Hold:

@@ -56,6 +56,8 @@ from controller.core.planner.recreate import drain_holds, hold, recreate, unheld
 from controller.core.planner.rolling import judge_next, rolling, rollout
 from controller.core.state import SPEC_INVALID, MarkedProcess, Phase, Record, RecordView
 
+TEARDOWN = "finishing a teardown under way"  # a Terminating record's Stop
+
 
 # Records on an Unhealthy device (devicefaults.py) are moved: the instance is stopped
 # and its record left Pending holding nothing (a ``Replace``: ``plan`` shows destroy and
@@ -167,7 +169,10 @@ def _own(ctx: Context, view: RecordView, entry: Entry | None) -> list[Judged]:
     if rec.phase is Phase.TERMINATING:
         # Its gateway drain may still run (the gateway outlives the pass that died): one
         # that finishes the stop in place drains first, so what it streams ends whole.
-        return [Stop(name=rec.name, reason="finishing an interrupted teardown", drain=True)]
+        # Its words say why it goes (a preemption's victim, a pruned engine): `plan` beside
+        # a daemon still draining it said "interrupted" alone, of a teardown under way.
+        why = f"{TEARDOWN}: {rec.message}" if rec.message else TEARDOWN
+        return [Stop(name=rec.name, reason=why, drain=True)]
     if moved := move_off_unhealthy(ctx, view):
         return list(moved)
     if is_next(rec.name):

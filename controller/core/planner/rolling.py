@@ -72,7 +72,15 @@ class Budget:
         """What ``plan`` says of the path a replicated rollout takes."""
         if self.surge:
             return f"surge: up to {self.surge} new beside the old (maxSurge)"
-        return f"no surge: one at a time in place, at most {self.unavailable} down"
+        return f"no surge: {in_place(self.unavailable)}"
+
+
+def in_place(down: int) -> str:
+    """The in-place path's words: "one at a time" only when it is one (maxUnavailable 3
+    replaces three at once, which "one at a time, at most 3 down" belied)."""
+    if down == 1:
+        return "one at a time in place, at most 1 down"
+    return f"up to {down} at a time in place, at most {down} down"
 
 
 def _count(value: int | str, replicas: int, *, up: bool) -> int:
@@ -136,12 +144,9 @@ def roll(ctx: Context, ledger: PlanLedger, request: Roll) -> Start | Replace:
     if isinstance(placed, Start):
         return _fetched_first(ctx, placed, said)
     reason = f"{why}; no room for both: recreating ({placed.reason})"
-    if many:  # the path plan names: in place, one replica at a time, the others serve
+    if many:  # the path plan names: in place, maxUnavailable at a time, the others serve
         down = Budget.of(ctx, entry).unavailable
-        reason = (
-            f"{why}; no room for a surge ({placed.reason}): replacing one replica at a "
-            f"time in place, at most {down} down"
-        )
+        reason = f"{why}; no room for a surge ({placed.reason}): replacing {in_place(down)}"
     return Replace(name=old, reason=reason, fields=request.fields, entry=request.entry)
 
 

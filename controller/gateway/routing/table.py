@@ -62,6 +62,13 @@ def _ended(rec: Record) -> bool:
     )
 
 
+def _zeroed(rec: Record) -> bool:
+    """Declared with nothing to run (``spec.replicas: 0``): Idle, and no request wakes it
+    (neither OnDemand nor autoscaled to zero): nothing starts it until its manifest
+    changes."""
+    return rec.phase is Phase.IDLE and not _wakes(rec)
+
+
 def _backing_off(rec: Record, now: datetime) -> bool:
     """Its engine exited and its restart is still ahead (10 s doubling to 300 s): no
     engine of it can be Ready before then. One restarted at once (a first crash) is not:
@@ -143,7 +150,9 @@ class Table:
         return self._stuck(name)
 
     def _stuck(self, name: str) -> bool:
-        return bool(self.ended(name) or self.drained(name) or self.backing_off(name))
+        return bool(
+            self.ended(name) or self.zeroed(name) or self.drained(name) or self.backing_off(name)
+        )
 
     async def first_pass(self, timeout: float) -> None:
         """Before the first pass there is nothing to route by: wait for it (bounded)."""
@@ -426,6 +435,12 @@ class Table:
         nothing under an invalid manifest: terminal until the manifest changes or
         ``reconcile restart``); () while one still may."""
         return self._every(name, _ended)
+
+    def zeroed(self, name: str) -> tuple[Record, ...]:
+        """The records of pool ``name`` when its manifests scale every one of its
+        deployments to 0 (``spec.replicas: 0``: Idle, woken by no request); ()
+        otherwise. A request for it waited out the readiness deadline for nothing."""
+        return self._every(name, _zeroed)
 
     def backing_off(self, name: str) -> tuple[Record, ...]:
         """The records of pool ``name`` while none of its instances can be Ready before a

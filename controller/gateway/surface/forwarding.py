@@ -284,6 +284,9 @@ class Forwarder:
         ended = self.table.ended(want.pool)
         if ended:
             return _ended(want.label, ended, lead)
+        zeroed = self.table.zeroed(want.pool)
+        if zeroed:
+            return _scaled_to_zero(want.label, zeroed, lead)
         drain = self.table.drained(want.pool)
         if drain is not None:
             return _drained(want.label, drain, lead)
@@ -608,6 +611,19 @@ def _ended(label: str, records: tuple[Record, ...], lead: str = "") -> Response:
     why = (
         f"{lead}deployment {label!r} cannot become Ready by itself ({_states(records)}); "
         f"fix its manifest, or start it again with `reconcile restart {names}`"
+    )
+    return error(503, why, "model_not_ready", final=True)
+
+
+def _scaled_to_zero(label: str, records: tuple[Record, ...], lead: str = "") -> Response:
+    """The 503 of a pool its manifests scale to 0 (``spec.replicas: 0``): at once and
+    final, as Kubernetes refuses a Service with no endpoints. It waited out the readiness
+    deadline (600 s by default) for an engine nothing was going to start."""
+    names = ", ".join(dict.fromkeys(base_name(rec.name) for rec in records))
+    why = (
+        f"{lead}deployment {label!r} is scaled to 0 by its manifest ({names}: "
+        "spec.replicas: 0): nothing runs it; raise spec.replicas, or use autoscale with min: 0 "
+        "to start it on a request"
     )
     return error(503, why, "model_not_ready", final=True)
 
