@@ -24,6 +24,7 @@ from controller.core import imagepulls
 from controller.core.actions import Restart
 from controller.core.manifest.names import base_name
 from controller.core.manifest.quantity import format_age
+from controller.core.plan import waits_turn
 from controller.core.pulls import progress_text
 from controller.core.state import STUCK, MarkedProcess, Phase, Record, backoff_cause
 from controller.logsetup import apply as apply_log_setup
@@ -216,17 +217,21 @@ def _waited(result: PassResult) -> str:
 
 
 def _progressing(result: PassResult, looping: set[str]) -> bool:
-    """Some deployment of ours is on its way (starting, backing off, stopping) by itself;
-    one crash-looping past the bound is going nowhere."""
+    """Some deployment of ours is on its way (starting, backing off, stopping, Pending for
+    its turn on a shared device: the next pass starts it) by itself; one crash-looping
+    past the bound is going nowhere."""
     return any(
-        r.phase not in SETTLED and not {r.name, base_name(r.name)} & looping for r in result.ours()
+        (r.phase not in SETTLED or waits_turn(r)) and not {r.name, base_name(r.name)} & looping
+        for r in result.ours()
     )
 
 
 def _stuck(result: PassResult, quarantined: list[str]) -> str:
-    """What cannot progress without the user: bad manifests and records, stuck phases."""
+    """What cannot progress without the user: bad manifests and records, stuck phases
+    (those ``--once`` exits 1 on: a start waiting its turn on a device is not one; the
+    wait ended on one whose turn came, in the very pass whose probe saw the other Ready)."""
     reasons = [str(e) for e in result.errors] + quarantined
-    reasons += [f"{r.name} {r.phase}: {r.message}" for r in result.ours() if r.phase in STUCK]
+    reasons += [f"{r.name} {r.phase}: {r.message}" for r in result.stuck()]
     reasons += result.held_changes()  # Ready on its old spec until uncordon
     return "; ".join(reasons)
 
