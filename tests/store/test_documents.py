@@ -31,7 +31,6 @@ STORES = [
     ("observed", "read_all(state)", "observed.json", []),
     ("measured", "read(state)", "devices/measured.json", {}),
     ("devicehealth", "read(state) == DeviceHealth()", "devices/health.json", True),
-    ("gitsource", "read_status(state)", "git/source.json", None),
     ("gitsource", "read_history(state)", "git/history.json", []),
 ]
 
@@ -79,6 +78,35 @@ def test_a_torn_file_of_each_store_is_quarantined_named_and_read_as_absent(
     assert reason.startswith("not a valid document: ") and moved["problem"] in reason
     value, events = read_in_a_process(tmp_path, store, call)  # gone: nothing more to say
     assert value == empty and events == []
+
+
+def test_a_document_that_refuses_is_named_with_its_way_out_and_left_in_place(
+    tmp_path: Path,
+) -> None:
+    """git/source.json holds a rollback pin: set aside and read as none, it was forgotten."""
+    torn = StateDir(tmp_path).git_source
+    torn.parent.mkdir(parents=True)
+    torn.write_text(TORN)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from controller.store.sources.git import source; "
+            "source.read_status(Path(sys.argv[1]))",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "RecordError" in done.stderr, done
+    assert f"{torn}: not a valid document: " in done.stderr, done.stderr
+    assert "left in place and refused" in done.stderr and "rollback REV" in done.stderr
+    assert torn.read_text() == TORN and not StateDir(tmp_path).quarantine.exists()
+    value, events = read_in_a_process(tmp_path, "gitsource", "peek_status(state)")
+    assert value is None and torn.read_text() == TORN
+    (said,) = [e for e in events if e["event"] == "state file skipped"]
+    assert "left in place and refused" in said["problem"] and said["file"] == str(torn), said
 
 
 def test_a_newer_version_is_left_in_place_and_named(tmp_path: Path) -> None:
