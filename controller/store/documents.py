@@ -77,6 +77,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     try:
         failpoints.hit("records.write.before_rename")
         os.replace(tmp, path)
+    except OSError as exc:  # a folder in its place: the file meant, not our tmp file
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()

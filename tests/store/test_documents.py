@@ -7,6 +7,7 @@ locked update never loses a writer's change."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -162,4 +163,24 @@ def test_the_pass_goes_on_over_torn_documents(reconcile: Any) -> None:
     }
     assert named == {str(p) for p in torn}, result.err
     assert reconcile.status()["web"]["phase"] in ("Starting", "Ready")
+    reconcile.down()
+
+
+def test_a_folder_in_a_documents_place_is_named_not_the_tmp_file(reconcile: Any) -> None:
+    """A pass that cannot rename its write over ``observed.json`` (a folder there, by hand)
+    named its own hidden ``.observed.json.<thread>.<pid>.tmp``: a file nobody can find."""
+    reconcile.write("alpha")
+    reconcile.converge()
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    observed = StateDir(reconcile.state).observed
+    observed.unlink(missing_ok=True)
+    observed.mkdir()
+    (observed / "x").write_text("x")  # a pass writes it when what it saw changed
+    reconcile.write("beta")
+    out = reconcile.once(check=1)
+    assert f"I/O error: {observed}: Is a directory" in out.err and ".tmp" not in out.err, out
+    assert not list(observed.parent.glob(".observed.json.*.tmp"))
+    assert reconcile.record("alpha")["ref"]["pid"] == pid and reconcile.alive(pid)
+    shutil.rmtree(observed)
+    reconcile.converge()
     reconcile.down()
