@@ -39,11 +39,14 @@ def test_a_damaged_source_file_is_refused_and_its_pin_kept(reconcile: Any, remot
     state = StateDir(reconcile.state)
     whole = state.git_source.read_bytes()
     wrong_type = json.dumps({**json.loads(whole), "pinned": 5})
-    for damage in ('{"url": "file:', "", "[]", wrong_type):
+    for damage in ('{"url": "file:', "", "[]", "{}", wrong_type):
         state.git_source.write_text(damage)
         _refused(reconcile("--once", "--git", remote.url, *GIT, check=1), str(state.git_source))
         _refused(node_only(reconcile, "--once", check=1), str(state.git_source))
-        _refused(node_only(reconcile, "source", check=1), str(state.git_source))
+        said = node_only(reconcile, "source", check=1)
+        _refused(said, str(state.git_source))
+        assert damage != "{}" or "not a valid document: no url, branch, tag, path" in said.err
+        assert damage != wrong_type or "pinned: 5, not str | None" in said.err, said
         table = node_only(reconcile, "status")  # a read verb: the engines, the file named
         assert "\nalpha " in table.out and str(state.git_source) in table.err, table
         assert state.git_source.read_text() == damage  # never set aside

@@ -120,10 +120,13 @@ def _decode_status(data: Any) -> SourceStatus:
         raise ValueError(f"a {type(data).__name__}, not an object")
     fields = SourceStatus.__dataclass_fields__
     kept = {k: v for k, v in data.items() if k in fields}
+    missing = [k for k, f in fields.items() if k not in kept and f.default is f.default_factory]
+    if missing:  # both MISSING: a field with no default
+        raise ValueError(f"no {', '.join(missing)}")
     for key, value in kept.items():  # a hand edit's `"pinned": 5` broke a verb later
         if not _typed(str(fields[key].type), value):
             raise ValueError(f"{key}: {value!r}, not {fields[key].type}")
-    return SourceStatus(**kept)  # TypeError (a field missing): refused
+    return SourceStatus(**kept)
 
 
 def _typed(kind: str, value: Any) -> bool:
