@@ -49,6 +49,8 @@ def test_a_damaged_source_file_is_refused_and_its_pin_kept(reconcile: Any, remot
         assert damage != wrong_type or "pinned: 5, not str | None" in said.err, said
         table = node_only(reconcile, "status")  # a read verb: the engines, the file named
         assert "\nalpha " in table.out and str(state.git_source) in table.err, table
+        history = node_only(reconcile, "history", "-o", "json").json()  # where it sends one
+        assert [h["revision"] for h in history][-1] == good, history
         assert state.git_source.read_text() == damage  # never set aside
         record = reconcile.record("alpha")
         assert record["ref"]["pid"] == pid and record["revision"] == good, record
