@@ -254,6 +254,28 @@ def test_a_record_torn_between_passes_is_rebuilt_by_the_next(reconcile: Any) -> 
     rc.down()
 
 
+def test_a_folder_in_a_records_place_is_set_aside_as_a_torn_record_is(reconcile: Any) -> None:
+    """A record that cannot even be opened (a folder by hand; EIO alike) made `status` fail
+    whole (`I/O error`, no table), the page answer 500 and every pass fail, the other
+    deployments unreconciled: it is named where it lies, then quarantined, its engine
+    adopted, as a torn record's."""
+    rc = reconcile
+    rc.write("api")
+    before = _torn_under_its_engine(rc)
+    path = rc.record_path("web")
+    path.unlink()
+    path.mkdir()
+    table = rc("status", check=1)  # named, never moved by a read; the others still shown
+    assert f"record {path} cannot be read (unreadable: Is a directory)" in table.err, table
+    assert "\napi " in table.out and path.is_dir(), table
+    assert "record moved to" in rc.once(check=1).err  # the pass sets it aside, named
+    rc.converge()
+    after = rc.record("web")
+    assert after["ref"] == before["ref"] and after["devices"] == before["devices"], after
+    assert rc.pids("web") == {before["ref"]["pid"]}
+    rc.down()
+
+
 def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> None:
     rc = reconcile
     rc.devices = "nvidia:0"

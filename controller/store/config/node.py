@@ -419,6 +419,11 @@ def read_drain(state_dir: Path) -> Drain | None:
         )
     except FileNotFoundError:
         return None
+    except OSError as exc:  # a folder in its place: named as a torn file is, not a traceback
+        raise ConfigError(
+            f"{drain_path(state_dir)} is unreadable ({exc.strerror or exc}): remove it (a"
+            " drain is asked again with `reconcile drain`)"
+        ) from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(
             f"{drain_path(state_dir)} is unreadable ({exc}): run `reconcile uncordon` to clear it"

@@ -184,6 +184,9 @@ class RecordStore:
             raw = path.read_bytes()
         except FileNotFoundError:
             return
+        except OSError as exc:  # a folder in its place, EIO: as a torn record, not the
+            bad(path, snap, f"unreadable: {exc.strerror or exc}")  # whole node's failure
+            return
         name = path.name.removesuffix(".json")
         try:
             record = from_json(raw)
