@@ -276,6 +276,26 @@ def test_a_folder_in_a_records_place_is_set_aside_as_a_torn_record_is(reconcile:
     rc.down()
 
 
+def test_a_file_in_the_place_of_the_logs_folder_is_named_with_the_move(reconcile: Any) -> None:
+    """Every pass failed on it with `I/O error: .../instances/logs: File exists.`"""
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    pid = rc.record("web")["ref"]["pid"]
+    logs = rc.state / "instances" / "logs"
+    logs.rename(rc.tmp / "logs-aside")
+    logs.write_text("")
+    refused = rc.once(check=1)
+    assert f"reconcile: {logs} is not a folder: reconcile keeps its logs files there" in (
+        refused.err
+    ), refused
+    assert "Move it away" in refused.err and rc.pids("web") == {pid}, refused
+    logs.unlink()
+    rc.once()
+    assert rc.pids("web") == {pid}
+    rc.down()
+
+
 def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> None:
     rc = reconcile
     rc.devices = "nvidia:0"
