@@ -69,10 +69,11 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     try:
         _write_once_more_when_full(tmp, path, data, mode)
     except OSError as exc:
-        if exc.filename is not None or exc.errno is None:
+        if exc.errno is None:
             raise
         # A write on a descriptor names no file: "No space left on device" alone does
-        # not say which disk (the daemon's `pass failed`, the CLI's I/O error show this).
+        # not say which disk (the daemon's `pass failed`, the CLI's I/O error show this);
+        # an open names our hidden tmp file (a folder made immutable): the file meant.
         raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     try:
         failpoints.hit("records.write.before_rename")

@@ -184,3 +184,25 @@ def test_a_folder_in_a_documents_place_is_named_not_the_tmp_file(reconcile: Any)
     shutil.rmtree(observed)
     reconcile.converge()
     reconcile.down()
+
+
+def test_a_record_that_cannot_be_written_is_named_and_its_engine_kept(reconcile: Any) -> None:
+    """A folder made immutable (`chattr +i`, as an operator freezes a state dir, or a
+    filesystem turned read-only under it): the pass named its own hidden tmp file
+    (`.web.json.<thread>.<pid>.tmp: Operation not permitted`); the record is named now,
+    and the engine it would have replaced runs on."""
+    reconcile.write("web")
+    reconcile.converge()
+    pid = reconcile.record("web")["ref"]["pid"]
+    instances = StateDir(reconcile.state).instances
+    reconcile.write("web", env={"CHANGED": "1"})  # a replace: its first step is a write
+    subprocess.run(["chattr", "+i", str(instances)], check=True)
+    try:
+        out = reconcile.once(check=1)
+    finally:
+        subprocess.run(["chattr", "-i", str(instances)], check=True)
+    assert f"I/O error: {instances / 'web.json'}: Operation not permitted" in out.err, out
+    assert ".tmp" not in out.err and reconcile.alive(pid), out
+    assert reconcile.record("web")["ref"]["pid"] == pid
+    reconcile.converge()
+    reconcile.down()
