@@ -23,9 +23,10 @@ from controller.store.statedir import StateDir
 
 TORN = '{"version": 1, "requested_at": "2026-'
 
-# (store, how its reader is called, the file, what the reader makes of no file)
+# (store, how its reader is called, the file, what the reader makes of no file); an
+# activation is set aside too, but read as a request at its mtime and written back
+# (tests/integration/test_damaged_side_files.py)
 STORES = [
-    ("activation", "read_all(state)", "activation/web.json", {}),
     ("restart", "read_all(state)", "restart/web.json", {}),
     ("scale", "read_all(state)", "scale/web.json", {}),
     ("inflight", "read_all(state)", "inflight/web.101.json", []),
