@@ -11,6 +11,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import urllib.request
 from pathlib import Path
@@ -294,6 +295,29 @@ def test_a_file_in_the_place_of_the_logs_folder_is_named_with_the_move(reconcile
     rc.once()
     assert rc.pids("web") == {pid}
     rc.down()
+
+
+def test_the_daemon_names_a_folder_in_a_files_place_and_the_move(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """Its `pass failed` said `free space on (or fix the permissions of) the disk`, naming
+    the writer's tmp file: the move is to take the folder away, and the file is named."""
+    rc = reconcile
+    rc.write("web")
+    d = daemon(resync="0.3s")
+    pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    observed = rc.state / "observed.json"
+    observed.unlink(missing_ok=True)
+    observed.mkdir()
+    (observed / "x").write_text("x")
+    rc.write("api")  # a pass that has something new to note in observed.json
+    (failed, *_) = d.wait(lambda: d.lines("pass failed"), "the pass failed, said")
+    assert failed["error"] == f"[Errno 21] Is a directory: '{observed}'", failed
+    assert failed["next"].startswith("a folder stands where reconcile keeps a file"), failed
+    assert rc.pids("web") == {pid}
+    shutil.rmtree(observed)
+    d.wait(lambda: ready_pid(rc, "api"), "api Ready once it is gone")
+    finish(d)
 
 
 def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> None:

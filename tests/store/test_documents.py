@@ -180,6 +180,7 @@ def test_a_folder_in_a_documents_place_is_named_not_the_tmp_file(reconcile: Any)
     reconcile.write("beta")
     out = reconcile.once(check=1)
     assert f"I/O error: {observed}: Is a directory" in out.err and ".tmp" not in out.err, out
+    assert "A folder stands where reconcile keeps a file" in out.err, out  # not "the disk"
     assert not list(observed.parent.glob(".observed.json.*.tmp"))
     assert reconcile.record("alpha")["ref"]["pid"] == pid and reconcile.alive(pid)
     shutil.rmtree(observed)
