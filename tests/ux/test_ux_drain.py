@@ -144,6 +144,11 @@ def test_a_folder_in_the_drain_files_place_is_named_and_status_goes_on(
     assert f"reconcile: {drain} is unreadable (Is a directory)" in refused.err, refused
     assert rc.pids("web") == {pid}
     drain.rmdir()
+    for shape in ("[]", '{"reason": "hand-written"}'):  # valid JSON, not a drain
+        drain.write_text(shape)
+        said = rc("status", check=0).err
+        assert f"{drain} is unreadable (not a drain: no until): run `reconcile uncordon`" in said
+    rc("uncordon", check=0)  # the way out it names
     rc.once()
     rc.down()
 

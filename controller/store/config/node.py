@@ -409,6 +409,8 @@ def drain_path(state_dir: Path) -> Path:
 def read_drain(state_dir: Path) -> Drain | None:
     try:
         data = json.loads(drain_path(state_dir).read_text())
+        if not isinstance(data, dict) or "until" not in data:  # said as such, not as
+            raise ValueError("not a drain: no until")  # `list indices…` or `('until')`
         return Drain(
             until=datetime.fromisoformat(data["until"]),
             reason=str(data.get("reason", "")),
