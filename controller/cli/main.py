@@ -760,6 +760,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_FAIL
         where = f": {exc.filename}" if exc.filename else ""
         fix = "Fix the disk or permissions"
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR):  # a hand's mkdir: nor does that
+            fix = (
+                "A folder stands where reconcile keeps a file (or a file where it keeps a"
+                " folder): move it away"
+            )
         if exc.errno == errno.EROFS:  # no free space or file mode mends that
             fix = (
                 "Its disk is mounted read-only (after a disk error, the kernel remounts it so:"

@@ -100,6 +100,24 @@ READ_ONLY_NEXT = (
     "see dmesg): mend it and mount it read-write again; the daemon tries again at every "
     "resync (SIGUSR1: now), resuming from the records on disk"
 )
+# ... and by a folder where reconcile keeps a file, or a file where it keeps a folder (a
+# hand's `mkdir`, a restore gone wrong), which no free space mends either.
+MISPLACED_NEXT = (
+    "a folder stands where reconcile keeps a file (or a file where it keeps a folder): move "
+    "it away; the daemon tries again at every resync (SIGUSR1: now), resuming from the "
+    "records on disk"
+)
+
+
+def _io_next(code: int | None) -> str:
+    """The next move a pass's I/O error asks for, by its errno."""
+    if code == errno.EROFS:
+        return READ_ONLY_NEXT
+    if code in (errno.EISDIR, errno.ENOTDIR):
+        return MISPLACED_NEXT
+    return IO_NEXT
+
+
 GIT_FETCH = "git fetch"  # the git source's own timer (its interval), and its fetch's end
 GIT_MOVE = "git move retry"  # a failed move's back-off ended: a pass moves again
 TIMED = frozenset(
@@ -517,7 +535,7 @@ class Daemon:
             self.timers.after("resync", self.resync, "resync")
             return
         except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
-            why = READ_ONLY_NEXT if exc.errno == errno.EROFS else IO_NEXT
+            why = _io_next(exc.errno)
             log.error("pass failed", trigger=",".join(triggers), error=str(exc), next=why)
             self._said["io"] = str(exc)  # the pass that goes through again says so
             self._tell(f"pass failed: {exc}")

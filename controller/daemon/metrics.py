@@ -313,7 +313,7 @@ def _git_state(config: Config, result: PassResult) -> str | None:
     """The git source's state after this pass (None: no git source, or its file unreadable)."""
     if config.git is None:
         return None
-    st = gitsource.read_status(config.state_dir)
+    st = gitsource.peek_status(config.state_dir)  # a damaged file: the pass said so
     if st is None:
         return None
     return gitsource.state_of(st, gitsource.phases_of(result.ours()))[0]

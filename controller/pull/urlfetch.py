@@ -67,6 +67,10 @@ def _fetch(
     where = redact_url(url)  # what messages say: never a token
     final = entry.folder / name
     partial = entry.folder / f"{name}.partial"
+    kept = _kept(final, partial, sha256)
+    if kept is not None:
+        watch.check()
+        return {"path": name, "sha256": sha256, "bytes": kept}
     have = partial.stat().st_size if partial.exists() else 0
     response = open_at(url, where, have, bounds.stall)
     if response is not None:
@@ -92,6 +96,21 @@ def _fetch(
         )
     _commit(partial, final)
     return {"path": name, "sha256": digest, "bytes": have}
+
+
+def _kept(final: Path, partial: Path, sha256: str) -> int | None:
+    """The size of ``final`` when a pull finished it before and it still has ``sha256``:
+    its ``result.json`` lost (torn, hand-edited) made the next start download it all
+    again (tens of GB) with the file right there; its content is the key, so a hash of
+    it is proof, not a guess."""
+    if partial.exists() or not final.is_file():
+        return None
+    hasher = Hasher()
+    try:
+        hasher.feed_file(final)
+    finally:
+        hasher.close()
+    return final.stat().st_size if hasher.hexdigest() == sha256 else None
 
 
 def _start(response: HTTPResponse, have: int, where: str, partial: Path) -> int:

@@ -113,10 +113,12 @@ class Autoscaler:
         metrics = {p.autoscale.metric for p in self.policies.values()} | {"inflight"}
         figures = {m: inflight.read_all(self.state_dir, m, peek=peek) for m in metrics}
         demand = activation.read_all(self.state_dir, peek=peek)
-        ready = {rs.name: rs.ready for rs in group(records)}
+        sets = group(records)
+        ready = {rs.name: rs.ready for rs in sets}
+        held = {rs.name: rs.desired for rs in sets}
         out: dict[str, tuple[Scale, Scale, str | None]] = {}
         for name, policy in self.policies.items():
-            before = stored.get(name) or Scale(count=policy.initial)
+            before = stored.get(name) or Scale(count=_counted(policy, held.get(name)))
             act = demand.get(name)
             waits = _waits(act, before, now) if before.count == 0 else _holds(act, now)
             metric = policy.autoscale.metric
@@ -130,6 +132,16 @@ class Autoscaler:
             decision = decide(policy.autoscale, before, load, ready.get(name, 0), now)
             out[name] = (before, decision.scale, decision.change)
         return out
+
+
+def _counted(policy: Policy, held: int | None) -> int:
+    """The count to start from when none is kept: the replicas the records hold (inside
+    min and max), else the spec's. A count lost (its file torn and quarantined, removed)
+    started again from the spec's and stopped the replicas above it at once, healthy and
+    under load, past scaleDownDelay; an HPA added to a Deployment starts from its replicas."""
+    if held is None:
+        return policy.initial
+    return min(max(held, policy.autoscale.min), policy.autoscale.max)
 
 
 def _engine_load(

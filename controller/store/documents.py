@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar
 
 from controller import failpoints
 from controller.core.manifest.names import is_dns1123
+from controller.errors import RecordError
 from controller.logsetup import get_logger
 from controller.store import diskspace, sidefiles
 from controller.store.lock import FileLock, pid_alive
@@ -68,14 +69,21 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     try:
         _write_once_more_when_full(tmp, path, data, mode)
     except OSError as exc:
-        if exc.filename is not None or exc.errno is None:
+        if exc.errno is None:
             raise
         # A write on a descriptor names no file: "No space left on device" alone does
-        # not say which disk (the daemon's `pass failed`, the CLI's I/O error show this).
+        # not say which disk (the daemon's `pass failed`, the CLI's I/O error show this);
+        # an open names our hidden tmp file (a folder made immutable): the file meant.
         raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     try:
         failpoints.hit("records.write.before_rename")
         os.replace(tmp, path)
+    except OSError as exc:  # a folder in its place: the file meant, not our tmp file
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -188,15 +196,19 @@ def read_document(state: StateDir, path: Path, decode: Callable[[Any], T]) -> T 
         return None
 
 
-def peek_document(path: Path, decode: Callable[[Any], T]) -> T | None:
+def peek_document(path: Path, decode: Callable[[Any], T], refused: str | None = None) -> T | None:
     """``read_document`` for a reader that must change nothing (``status``, ``describe``,
     ``devices``, the page): a file that does not decode is named (once) and read as
-    absent, and stays where it is for a pass to set aside."""
+    absent, and stays where it is for a pass to set aside (``refused``: a document no
+    pass sets aside, named with the way out :func:`read_or_refuse` gives)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if refused is not None:
+            sidefiles.warn(path, _refusal(exc.strerror or str(exc), refused))
+            return None
         sidefiles.skipped(path, exc)
         return None
     try:
@@ -205,10 +217,32 @@ def peek_document(path: Path, decode: Callable[[Any], T]) -> T | None:
         sidefiles.warn(path, f"{exc}: left in place and ignored (the newer reconcile reads it)")
     except NOT_OURS as exc:
         problem = f"not a valid document: {_detail(exc)}"
-        sidefiles.warn(
-            path, f"{problem}; left in place, read as absent (only a pass moves a file aside)"
-        )
+        end = "left in place, read as absent (only a pass moves a file aside)"
+        sidefiles.warn(path, _refusal(problem, refused) if refused else f"{problem}; {end}")
     return None
+
+
+def read_or_refuse(path: Path, decode: Callable[[Any], T], refused: str) -> T | None:
+    """``path`` decoded, None when it is absent; a file that does not decode or cannot be
+    read raises RecordError naming it, what is wrong and ``refused`` (the way out), and
+    stays where it is. For a document whose loss is not a reset but a choice forgotten
+    (the git source's pin): setting it aside and reading it as absent would drop that
+    choice in silence, so a pass refuses, as etcd refuses a damaged data dir."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a folder in its place, no permission
+        raise RecordError(f"{path}: {_refusal(exc.strerror or str(exc), refused)}") from None
+    try:
+        return decode(json.loads(raw))
+    except NOT_OURS as exc:  # a newer version too: this reconcile cannot keep its pin
+        problem = f"not a valid document: {_detail(exc)}"
+        raise RecordError(f"{path}: {_refusal(problem, refused)}") from None
+
+
+def _refusal(problem: str, refused: str) -> str:
+    return f"{problem}; left in place and refused: {refused}"
 
 
 class Document(Generic[T]):
@@ -222,18 +256,24 @@ class Document(Generic[T]):
         encode: Callable[[T], Any],
         *,
         indent: int | None = None,
+        refused: str | None = None,
     ) -> None:
+        """``refused``: what a bad file's reader is told to do (:func:`read_or_refuse`),
+        for a document that must never be set aside; None: the one policy (quarantine)."""
         self.state = state
         self.path = path
         self.decode = decode
         self.encode = encode
         self.indent = indent
+        self.refused = refused
 
     def read(self) -> T | None:
+        if self.refused is not None:
+            return read_or_refuse(self.path, self.decode, self.refused)
         return read_document(self.state, self.path, self.decode)
 
     def peek(self) -> T | None:
-        return peek_document(self.path, self.decode)
+        return peek_document(self.path, self.decode, self.refused)
 
     def write(self, value: T) -> None:
         sidefiles.folder_for_write(self.path.parent)

@@ -735,3 +735,17 @@ def test_the_gateways_flags_without_listen_are_usage_errors(
     named = [f for f in flags[1:] if f.startswith("--")]
     assert all(f in result.err for f in named) and "--listen" in result.err, result.err
     assert reconcile.record("demo") is None and not list(reconcile.state.glob("instances/*.json"))
+
+
+def test_describe_shows_the_rest_when_the_log_cannot_be_read(reconcile: Any) -> None:
+    """A folder in the place of `instances/logs/web.log` made `describe` fail whole with
+    `I/O error`: its spec, record and events are still worth showing."""
+    reconcile.write("web")
+    reconcile.converge()
+    log = reconcile.state / "instances" / "logs" / "web.log"
+    log.rename(reconcile.tmp / "web.log")  # the engine writes on there, by its descriptor
+    log.mkdir()
+    out = reconcile("describe", "web", check=0)
+    assert "Name:" in out.out and f"<not read: {log}: Is a directory>" in out.out, out
+    log.rmdir()
+    reconcile.down()

@@ -271,8 +271,8 @@ def test_the_edge_reads_the_engines_figures_for_their_metric(tmp_path: Path) -> 
         inflight.write(tmp_path, figure, "waiting")
     assert (tmp_path / "engineload" / "waiting" / "web.g1.json").is_file()
     assert _scaler(tmp_path).counts({"web": web}, lambda: seen, T, write=True) == {"web": 3}
-    (event,) = Journal(tmp_path).read("web")
-    assert event["reason"] == "scaled 1→3: 6.0 waiting on 2 Ready replicas, target 2"
+    (event,) = Journal(tmp_path).read("web")  # no count kept: the 2 replicas running are it
+    assert event["reason"] == "scaled 2→3: 6.0 waiting on 2 Ready replicas, target 2"
 
 
 def test_engines_that_state_nothing_keep_inflight(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import urllib.request
 from pathlib import Path
@@ -252,6 +253,71 @@ def test_a_record_torn_between_passes_is_rebuilt_by_the_next(reconcile: Any) -> 
     assert after["ref"] == before["ref"] and after["devices"] == before["devices"], after
     assert rc.pids("web") == {before["ref"]["pid"]}
     rc.down()
+
+
+def test_a_folder_in_a_records_place_is_set_aside_as_a_torn_record_is(reconcile: Any) -> None:
+    """A record that cannot even be opened (a folder by hand; EIO alike) made `status` fail
+    whole (`I/O error`, no table), the page answer 500 and every pass fail, the other
+    deployments unreconciled: it is named where it lies, then quarantined, its engine
+    adopted, as a torn record's."""
+    rc = reconcile
+    rc.write("api")
+    before = _torn_under_its_engine(rc)
+    path = rc.record_path("web")
+    path.unlink()
+    path.mkdir()
+    table = rc("status", check=1)  # named, never moved by a read; the others still shown
+    assert f"record {path} cannot be read (unreadable: Is a directory)" in table.err, table
+    assert "\napi " in table.out and path.is_dir(), table
+    assert "record moved to" in rc.once(check=1).err  # the pass sets it aside, named
+    rc.converge()
+    after = rc.record("web")
+    assert after["ref"] == before["ref"] and after["devices"] == before["devices"], after
+    assert rc.pids("web") == {before["ref"]["pid"]}
+    rc.down()
+
+
+def test_a_file_in_the_place_of_the_logs_folder_is_named_with_the_move(reconcile: Any) -> None:
+    """Every pass failed on it with `I/O error: .../instances/logs: File exists.`"""
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    pid = rc.record("web")["ref"]["pid"]
+    logs = rc.state / "instances" / "logs"
+    logs.rename(rc.tmp / "logs-aside")
+    logs.write_text("")
+    refused = rc.once(check=1)
+    assert f"reconcile: {logs} is not a folder: reconcile keeps its logs files there" in (
+        refused.err
+    ), refused
+    assert "Move it away" in refused.err and rc.pids("web") == {pid}, refused
+    logs.unlink()
+    rc.once()
+    assert rc.pids("web") == {pid}
+    rc.down()
+
+
+def test_the_daemon_names_a_folder_in_a_files_place_and_the_move(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """Its `pass failed` said `free space on (or fix the permissions of) the disk`, naming
+    the writer's tmp file: the move is to take the folder away, and the file is named."""
+    rc = reconcile
+    rc.write("web")
+    d = daemon(resync="0.3s")
+    pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    observed = rc.state / "observed.json"
+    observed.unlink(missing_ok=True)
+    observed.mkdir()
+    (observed / "x").write_text("x")
+    rc.write("api")  # a pass that has something new to note in observed.json
+    (failed, *_) = d.wait(lambda: d.lines("pass failed"), "the pass failed, said")
+    assert failed["error"] == f"[Errno 21] Is a directory: '{observed}'", failed
+    assert failed["next"].startswith("a folder stands where reconcile keeps a file"), failed
+    assert rc.pids("web") == {pid}
+    shutil.rmtree(observed)
+    d.wait(lambda: ready_pid(rc, "api"), "api Ready once it is gone")
+    finish(d)
 
 
 def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> None:

@@ -511,20 +511,21 @@ def test_source_on_a_state_dir_without_git_says_so(reconcile: Any) -> None:
     assert "follows no git source" in out.err, out
 
 
-def test_a_torn_source_file_is_set_aside_named_and_written_again(
+def test_a_torn_source_file_is_refused_and_moved_aside_by_hand_followed_afresh(
     reconcile: Any, remote: Remote
 ) -> None:
+    """The refusal itself: tests/git/test_damaged_source.py; here its way out."""
     first = remote.deploy("alpha")
     reconcile.converge(*git_args(remote))
     state = StateDir(reconcile.state)
     state.git_source.write_text('{"url": "file:')  # torn by a disk that lied
-    out = reconcile("source", check=1)  # a read verb: named, left for the pass
-    assert "follows no git source" in out.err and "state file skipped" in out.err, out
-    assert "left in place, read as absent (only a pass moves a file aside)" in out.err, out
+    out = reconcile("source", check=1)  # named, with the way out, left in place
+    assert f"{state.git_source}: not a valid document" in out.err, out
+    assert "move it aside to follow the source afresh" in out.err, out
     assert "Traceback" not in out.err and state.git_source.read_text() == '{"url": "file:'
-    reconcile.converge(*git_args(remote))  # the next sync sets it aside, writes it again
-    (aside,) = state.quarantined_documents.glob("git~source.json.*[0-9]")
-    assert aside.read_text() == '{"url": "file:'
+    reconcile("--once", *git_args(remote), check=1)  # refused: nothing fetched nor applied
+    state.git_source.rename(state.git_source.with_name("source.json.bad"))  # the way out
+    reconcile.converge(*git_args(remote))  # followed afresh: written again
     seen = source(reconcile)
     assert seen["state"] == "Synced" and seen["applied"] == first, seen
     state.git_history.write_text("[{")  # `history` reads it as none, and moves nothing

@@ -54,3 +54,25 @@ def test_a_replica_scaled_away_keeps_the_deployments_count(reconcile: Any) -> No
     assert sorted(reconcile.status()) == ["web"]
     assert scale.read_all(reconcile.state)["web"].count == 1
     reconcile.down()
+
+
+def test_a_torn_or_lost_count_is_taken_from_the_replicas_running(reconcile: Any) -> None:
+    """The count's file torn (quarantined) or removed: the pass started again from the
+    spec's count and stopped the replicas above it at once, healthy and under whatever
+    load, with no scaleDownDelay. The replicas the records hold are the count now."""
+    reconcile.write("web", autoscale=AUTOSCALE)
+    reconcile.converge()
+    scale.write(reconcile.state, "web", TWO)
+    reconcile.converge()
+    pids = {name: item["pid"] for name, item in reconcile.status().items()}
+    assert sorted(pids) == ["web", "web@1"], pids
+    kept = reconcile.state / "scale" / "web.json"
+    for damage in ('{"version": 1, "count": ', None):
+        if damage is None:
+            kept.unlink(missing_ok=True)
+        else:
+            kept.write_text(damage)
+        reconcile.once()
+        after = {name: item["pid"] for name, item in reconcile.status().items()}
+        assert after == pids, (damage, after)
+    reconcile.down()

@@ -208,3 +208,42 @@ def test_prune_removes_nothing_without_a_sound_manifest_folder(
         assert said.startswith(f"error: {reconcile.manifests / 'bad.yaml'}:"), said
         assert said in result.err.splitlines(), result
     assert (cache / key(KEPT)).exists()
+
+
+def test_models_reads_a_garbled_used_file_as_never_used(reconcile: Any, cache: Path) -> None:
+    """used.json edited by hand (or written by something else): `models` died with a
+    traceback on an entry that is no time; such an entry reads as never used, and the
+    next start writes the file whole again."""
+    with serving({"kept.gguf": KEPT}) as server:
+        reconcile.write("web", source=source(server, "kept.gguf", KEPT))
+        reconcile.converge()
+    used = CacheEntry.of(cache, key(KEPT)).folder / "used.json"
+    for garbled in ('{"web": 5}', '{"web": "done"}', '{"web": "2026-01-01T00:00:00"}'):
+        used.write_text(garbled)
+        out = reconcile("models", check=0)
+        (row,) = [ln for ln in out.out.splitlines() if ln.startswith(key(KEPT)[:19])]
+        assert " never " in row and "web" in row, out.out
+    reconcile("restart", "web", check=0)
+    reconcile.converge()
+    row = [ln for ln in reconcile("models").out.splitlines() if ln.startswith(key(KEPT)[:19])]
+    assert " ago " in row[0], row
+    reconcile.down()
+
+
+def test_a_lost_result_file_is_proven_by_the_files_hash_not_downloaded_again(
+    reconcile: Any, cache: Path
+) -> None:
+    """result.json torn (or removed) beside a whole file: the next start downloaded the
+    model again, all of it (tens of GB for a real one); the file's sha256 is its key, so
+    the file is hashed and kept."""
+    with serving({"kept.gguf": KEPT}) as server:
+        reconcile.write("web", source=source(server, "kept.gguf", KEPT))
+        reconcile.converge()
+        sent = server.sent
+        entry = CacheEntry.of(cache, key(KEPT))
+        (entry.folder / "result.json").write_text('{"status": "do')
+        reconcile("restart", "web", check=0)
+        reconcile.converge()
+        assert server.sent == sent, "downloaded again"
+        assert entry.model_path() == entry.folder / "kept.gguf"
+    reconcile.down()

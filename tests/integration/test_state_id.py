@@ -212,6 +212,26 @@ def test_an_id_file_made_readable_is_kept_and_one_others_may_change_says_chmod(
     rc.down()
 
 
+def test_a_folder_in_the_id_files_place_is_named_and_refused(reconcile: Any) -> None:
+    """A folder where ``<state>/id`` was (a hand's `mkdir`, a restore gone wrong): the pass
+    said `I/O error: Is a directory.`, naming no file."""
+    rc = reconcile
+    pid = _ready(rc)
+    id_file = rc.state / "id"
+    carried = id_file.read_text()
+    id_file.unlink()
+    id_file.mkdir()
+    refused = rc.once(check=1)
+    assert f"state dir id {id_file} is not a file: remove it" in refused.err, str(refused)
+    assert "RECONCILE_STATE_ID" in refused.err and rc.pids("web") == {pid}, str(refused)
+    id_file.rmdir()
+    id_file.write_text(carried)  # the way out the message gives: the id they carry
+    id_file.chmod(0o600)
+    rc.once()
+    assert rc.pids("web") == {pid}
+    rc.down()
+
+
 def test_a_model_pull_of_the_state_dir_moved_away_is_judged_as_its_engines(
     reconcile: Any,
 ) -> None:

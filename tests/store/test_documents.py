@@ -7,6 +7,7 @@ locked update never loses a writer's change."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -22,16 +23,16 @@ from controller.store.statedir import StateDir
 
 TORN = '{"version": 1, "requested_at": "2026-'
 
-# (store, how its reader is called, the file, what the reader makes of no file)
+# (store, how its reader is called, the file, what the reader makes of no file); an
+# activation is set aside too, but read as a request at its mtime and written back
+# (tests/integration/test_damaged_side_files.py)
 STORES = [
-    ("activation", "read_all(state)", "activation/web.json", {}),
     ("restart", "read_all(state)", "restart/web.json", {}),
     ("scale", "read_all(state)", "scale/web.json", {}),
     ("inflight", "read_all(state)", "inflight/web.101.json", []),
     ("observed", "read_all(state)", "observed.json", []),
     ("measured", "read(state)", "devices/measured.json", {}),
     ("devicehealth", "read(state) == DeviceHealth()", "devices/health.json", True),
-    ("gitsource", "read_status(state)", "git/source.json", None),
     ("gitsource", "read_history(state)", "git/history.json", []),
 ]
 
@@ -79,6 +80,35 @@ def test_a_torn_file_of_each_store_is_quarantined_named_and_read_as_absent(
     assert reason.startswith("not a valid document: ") and moved["problem"] in reason
     value, events = read_in_a_process(tmp_path, store, call)  # gone: nothing more to say
     assert value == empty and events == []
+
+
+def test_a_document_that_refuses_is_named_with_its_way_out_and_left_in_place(
+    tmp_path: Path,
+) -> None:
+    """git/source.json holds a rollback pin: set aside and read as none, it was forgotten."""
+    torn = StateDir(tmp_path).git_source
+    torn.parent.mkdir(parents=True)
+    torn.write_text(TORN)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from controller.store.sources.git import source; "
+            "source.read_status(Path(sys.argv[1]))",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "RecordError" in done.stderr, done
+    assert f"{torn}: not a valid document: " in done.stderr, done.stderr
+    assert "left in place and refused" in done.stderr and "rollback REV" in done.stderr
+    assert torn.read_text() == TORN and not StateDir(tmp_path).quarantine.exists()
+    value, events = read_in_a_process(tmp_path, "gitsource", "peek_status(state)")
+    assert value is None and torn.read_text() == TORN
+    (said,) = [e for e in events if e["event"] == "state file skipped"]
+    assert "left in place and refused" in said["problem"] and said["file"] == str(torn), said
 
 
 def test_a_newer_version_is_left_in_place_and_named(tmp_path: Path) -> None:
@@ -134,4 +164,47 @@ def test_the_pass_goes_on_over_torn_documents(reconcile: Any) -> None:
     }
     assert named == {str(p) for p in torn}, result.err
     assert reconcile.status()["web"]["phase"] in ("Starting", "Ready")
+    reconcile.down()
+
+
+def test_a_folder_in_a_documents_place_is_named_not_the_tmp_file(reconcile: Any) -> None:
+    """A pass that cannot rename its write over ``observed.json`` (a folder there, by hand)
+    named its own hidden ``.observed.json.<thread>.<pid>.tmp``: a file nobody can find."""
+    reconcile.write("alpha")
+    reconcile.converge()
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    observed = StateDir(reconcile.state).observed
+    observed.unlink(missing_ok=True)
+    observed.mkdir()
+    (observed / "x").write_text("x")  # a pass writes it when what it saw changed
+    reconcile.write("beta")
+    out = reconcile.once(check=1)
+    assert f"I/O error: {observed}: Is a directory" in out.err and ".tmp" not in out.err, out
+    assert "A folder stands where reconcile keeps a file" in out.err, out  # not "the disk"
+    assert not list(observed.parent.glob(".observed.json.*.tmp"))
+    assert reconcile.record("alpha")["ref"]["pid"] == pid and reconcile.alive(pid)
+    shutil.rmtree(observed)
+    reconcile.converge()
+    reconcile.down()
+
+
+def test_a_record_that_cannot_be_written_is_named_and_its_engine_kept(reconcile: Any) -> None:
+    """A folder made immutable (`chattr +i`, as an operator freezes a state dir, or a
+    filesystem turned read-only under it): the pass named its own hidden tmp file
+    (`.web.json.<thread>.<pid>.tmp: Operation not permitted`); the record is named now,
+    and the engine it would have replaced runs on."""
+    reconcile.write("web")
+    reconcile.converge()
+    pid = reconcile.record("web")["ref"]["pid"]
+    instances = StateDir(reconcile.state).instances
+    reconcile.write("web", env={"CHANGED": "1"})  # a replace: its first step is a write
+    subprocess.run(["chattr", "+i", str(instances)], check=True)
+    try:
+        out = reconcile.once(check=1)
+    finally:
+        subprocess.run(["chattr", "-i", str(instances)], check=True)
+    assert f"I/O error: {instances / 'web.json'}: Operation not permitted" in out.err, out
+    assert ".tmp" not in out.err and reconcile.alive(pid), out
+    assert reconcile.record("web")["ref"]["pid"] == pid
+    reconcile.converge()
     reconcile.down()

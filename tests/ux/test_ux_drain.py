@@ -126,6 +126,33 @@ def test_uncordon_wakes_the_daemon(reconcile: Any) -> None:
     rc.down()
 
 
+def test_a_folder_in_the_drain_files_place_is_named_and_status_goes_on(
+    reconcile: Any,
+) -> None:
+    """`status` (and the page) failed whole on it with a bare I/O error: named now, with
+    the move, as a torn drain file is; the pass refuses it, the engine runs on."""
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    pid = rc.record("web")["ref"]["pid"]
+    drain = rc.state / "drain.json"
+    drain.mkdir()
+    table = rc("status", check=0)
+    assert f"{drain} is unreadable (Is a directory): remove it" in table.err, table
+    assert "\nweb " in table.out, table
+    refused = rc.once(check=1)
+    assert f"reconcile: {drain} is unreadable (Is a directory)" in refused.err, refused
+    assert rc.pids("web") == {pid}
+    drain.rmdir()
+    for shape in ("[]", '{"reason": "hand-written"}'):  # valid JSON, not a drain
+        drain.write_text(shape)
+        said = rc("status", check=0).err
+        assert f"{drain} is unreadable (not a drain: no until): run `reconcile uncordon`" in said
+    rc("uncordon", check=0)  # the way out it names
+    rc.once()
+    rc.down()
+
+
 def test_bad_ttl_is_a_usage_error(reconcile: Any) -> None:
     result = reconcile("drain", "--ttl", "soon", check=64)
     assert "--ttl" in result.err and "30s, 5m, 1h" in result.err

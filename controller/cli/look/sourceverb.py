@@ -16,9 +16,14 @@ from controller.store.instances.records import RecordStore
 from controller.store.sources.git import source as gitsource
 
 
-def source_state(state_dir: Path) -> tuple[gitsource.SourceStatus, str, str] | None:
-    """(the status file, state, message), or None when the state dir follows no git source."""
-    st = gitsource.peek_status(state_dir)  # a read verb moves nothing aside
+def source_state(
+    state_dir: Path, *, strict: bool = False
+) -> tuple[gitsource.SourceStatus, str, str] | None:
+    """(the status file, state, message), or None when the state dir follows no git source;
+    a damaged file is named and read as none, or (``strict``: `source` itself) a
+    RecordError that says what to do. A read verb moves nothing aside either way."""
+    read = gitsource.read_status if strict else gitsource.peek_status
+    st = read(state_dir)
     if st is None:
         return None
     records = RecordStore(state_dir).peek().records.values()
@@ -46,7 +51,7 @@ def cmd_source(args: argparse.Namespace) -> int:
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
-    seen = source_state(cfg.state_dir)
+    seen = source_state(cfg.state_dir, strict=True)
     if seen is None:
         print(
             f"reconcile: state dir {cfg.state_dir} follows no git source"

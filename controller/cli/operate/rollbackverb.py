@@ -39,7 +39,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
-    if gitsource.peek_status(cfg.state_dir) is None:  # a read verb moves nothing aside
+    # A read verb moves nothing aside; a damaged source.json (named by the peek) leaves
+    # the history readable: it is where its refusal sends the operator for a commit.
+    followed = gitsource.peek_status(cfg.state_dir) is not None
+    if not followed and not StateDir(cfg.state_dir).git_history.exists():
         return _no_source(cfg)
     entries = gitsource.peek_history(cfg.state_dir)
     if fmt == "json":  # the contract's fields; the spec hashes are the node's own memo

@@ -154,11 +154,18 @@ def describe(
         lines = [line.encode() for line in remote_log(rec)]
     else:
         out.append(f"Log (last {LOG_LINES} lines of {log_path}):")
-        lines = logfiles.tail_lines(log_path, LOG_LINES)
+        lines = _tail(log_path)
     out += [INDENT + line.decode("utf-8", "replace").rstrip("\n") for line in lines] or [
         INDENT + "<none>"
     ]
     return "\n".join(out)
+
+
+def _tail(log_path: Path) -> list[bytes]:
+    try:
+        return logfiles.tail_lines(log_path, LOG_LINES)
+    except OSError as exc:  # a folder in its place, EIO: the spec, record and events still
+        return [f"<not read: {exc.filename or log_path}: {exc.strerror or exc}>".encode()]
 
 
 def _journal(state_dir: Path, name: str, alone: bool) -> list[dict[str, Any]]:

@@ -68,7 +68,7 @@ class Hooks:
         The git source's module is loaded at the first hook, not at the gateway's start."""
         from controller.store.sources.git import source as gitsource
 
-        st = gitsource.read_status(self.state_dir)  # a torn file: set aside, read as none
+        st = gitsource.peek_status(self.state_dir)  # a damaged file: named, read as none
         name = st.webhook_secret_file if st is not None else None
         if not name:
             return None, "no webhookSecretFile in node.yaml's git: section"

@@ -177,7 +177,8 @@ def resolve(
     if not (
         manifests or env.get("RECONCILE_MANIFESTS") or flags.url or (git_file and git_file.url)
     ):
-        flags = remembered(state_path, flags)  # the state dir remembers the source it follows
+        # the state dir remembers the source it follows (a read verb goes on without it)
+        flags = remembered(state_path, flags, strict=not lenient)
     # -f on the command line wins over node.yaml's git: (a `validate -f` on the node works)
     source = None if manifests else git_source(flags, git_file)
     if source is not None:
@@ -286,16 +287,18 @@ class GitFlags:
     timeout: float | None = None  # --git-timeout: one fetch's limit
 
 
-def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
+def remembered(state_dir: Path, flags: GitFlags, *, strict: bool = True) -> GitFlags:
     """The git source the state dir followed last (``<state>/git/source.json``), the
     flags given over it; the flags as they are when it follows none (then the git
-    source's module, subprocess and all, is not loaded: `status` stays light)."""
+    source's module, subprocess and all, is not loaded: `status` stays light). A file
+    that does not decode is a RecordError when ``strict`` (a pass must not run as if the
+    node followed nothing), else named and read as none (a read verb)."""
     if not StateDir(state_dir).git_source.exists():
         return flags
-    from controller.store.sources.git.source import peek_status
+    from controller.store.sources.git.source import peek_status, read_status
 
     try:
-        st = peek_status(state_dir)  # every verb resolves this: a torn file is the pass's
+        st = read_status(state_dir) if strict else peek_status(state_dir)
     except ConfigError:
         return flags  # `reconcile source` says what is wrong with it
     if st is None:
@@ -406,6 +409,8 @@ def drain_path(state_dir: Path) -> Path:
 def read_drain(state_dir: Path) -> Drain | None:
     try:
         data = json.loads(drain_path(state_dir).read_text())
+        if not isinstance(data, dict) or "until" not in data:  # said as such, not as
+            raise ValueError("not a drain: no until")  # `list indices…` or `('until')`
         return Drain(
             until=datetime.fromisoformat(data["until"]),
             reason=str(data.get("reason", "")),
@@ -416,6 +421,11 @@ def read_drain(state_dir: Path) -> Drain | None:
         )
     except FileNotFoundError:
         return None
+    except OSError as exc:  # a folder in its place: named as a torn file is, not a traceback
+        raise ConfigError(
+            f"{drain_path(state_dir)} is unreadable ({exc.strerror or exc}): remove it (a"
+            " drain is asked again with `reconcile drain`)"
+        ) from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(
             f"{drain_path(state_dir)} is unreadable ({exc}): run `reconcile uncordon` to clear it"

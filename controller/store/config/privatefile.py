@@ -45,7 +45,12 @@ class PrivateFile:
         except OSError as exc:
             raise PrivateFileError(self._unreadable(exc)) from None
         try:
-            self._check(os.fstat(fd))
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):  # a folder by hand: os.read named no file
+                raise PrivateFileError(
+                    f"{self.what} {self.path} is not a file: remove it ({self.remedy})"
+                )
+            self._check(info)
             text = os.read(fd, 4096).decode("ascii", "replace").strip()
         finally:
             os.close(fd)

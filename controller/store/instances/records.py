@@ -21,7 +21,7 @@ from controller import failpoints
 from controller.core.manifest.names import next_name, record_name_ok
 from controller.core.state import VERSION, Record
 from controller.errors import RecordError
-from controller.store import diskspace
+from controller.store import diskspace, sidefiles
 from controller.store.documents import fsync_dir, quarantine, sweep_tmp, write_atomic
 from controller.store.instances.recordjson import (
     READERS,
@@ -104,7 +104,10 @@ class RecordStore:
         security.check_state_dir((self.state_dir, self.instances, self.logs, events, notes))
         # The runtime dirs' parent too: mkdir(parents=True) under it would use 0777.
         for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir, self.runs):
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except FileExistsError:  # a file in its place: mkdir's "File exists" said no more
+                raise RecordError(sidefiles.not_a_folder(folder)) from None
         if self.state_dir.stat().st_mode & 0o777 != 0o700:  # a chmod is an event in a watch
             os.chmod(self.state_dir, 0o700)
         for folder in (self.state_dir, self.instances, events, notes):
@@ -183,6 +186,9 @@ class RecordStore:
             info = path.stat()
             raw = path.read_bytes()
         except FileNotFoundError:
+            return
+        except OSError as exc:  # a folder in its place, EIO: as a torn record, not the
+            bad(path, snap, f"unreadable: {exc.strerror or exc}")  # whole node's failure
             return
         name = path.name.removesuffix(".json")
         try:

@@ -136,8 +136,10 @@ class CacheEntry:
         write_atomic(self.folder / "used.json", json.dumps(used, sort_keys=True).encode(), 0o644)
 
     def used(self) -> dict[str, str]:
-        data = _read_json(self.folder / "used.json")
-        return {str(k): str(v) for k, v in data.items()} if data else {}
+        """deployment -> when it last started with it; an entry that is no time (a hand
+        edit, a foreign file) is left out, as never used: `models` failed on it."""
+        data = _read_json(self.folder / "used.json") or {}
+        return {str(k): v for k, v in data.items() if isinstance(v, str) and _aware(v)}
 
     # -- copies on cluster nodes (the note a cluster backend keeps here) ------------------
 
@@ -178,6 +180,14 @@ def look(entry: CacheEntry, running: bool) -> PullView:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _aware(text: str) -> bool:
+    """``text`` is an ISO time with its zone (one without could not be compared to now)."""
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

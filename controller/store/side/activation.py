@@ -4,12 +4,15 @@ Desired state on disk, not a side channel: the gateway writes when a request
 arrives (and refreshes while requests are in flight); every pass (and `reconcile
 plan`) reads it as input. A crashed daemon leaves a file whose timestamp simply
 ages past the deployment's ``idleTimeout``: nothing leaks. A torn or foreign file is
-quarantined (``documents.py``) and counts as no demand.
+quarantined (``documents.py``) and counts as a request at its own mtime: the gateway
+writes it at each request (and while requests are in flight), so that is when demand was
+last seen. Read as no demand, it parked a Ready engine with a request in flight at once.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import contextlib
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +50,32 @@ def write(state_dir: Path, name: str, activation: Activation) -> None:
 
 
 def read_all(state_dir: Path, *, peek: bool = False) -> dict[str, Activation]:
-    """Every readable activation; a torn or foreign file counts as no demand (named;
-    quarantined unless ``peek``)."""
-    return _folder(state_dir).read_all(peek=peek)
+    """Every activation; one whose file does not decode (named; quarantined unless
+    ``peek``) is a request at the file's mtime, written back so the next pass reads it."""
+    folder = _folder(state_dir)
+    seen = {name: path for name, path in folder.files()}
+    out = folder.read_all(peek=peek)
+    for name in seen.keys() - out.keys():
+        at = _written_at(seen[name], peek, folder.state.quarantined_documents)
+        if at is None:
+            continue  # gone meanwhile (forgotten by a pass): no demand
+        out[name] = Activation(last_request_at=at)
+        if not peek and not seen[name].exists():  # set aside: kept for the next pass
+            with contextlib.suppress(OSError):
+                folder.write(name, out[name])
+    return out
+
+
+def _written_at(path: Path, peek: bool, aside: Path) -> datetime | None:
+    """When the gateway last wrote ``path``: its mtime where it lies (a peek leaves it),
+    else its quarantined copy's (a move keeps the mtime)."""
+    candidates = (
+        [path] if peek or path.exists() else sorted(aside.glob(f"activation~{path.name}.*[0-9]"))
+    )
+    for found in reversed(candidates):
+        with contextlib.suppress(OSError):
+            return datetime.fromtimestamp(found.stat().st_mtime, UTC)
+    return None
 
 
 def forget(state_dir: Path, name: str) -> None:

@@ -3,7 +3,8 @@
 Observed state beside ``activation/`` and ``inflight/``, never written into the manifest
 (the folder stays the user's). Written by the pass that decides (under the pass lock) and
 read by every pass and by ``reconcile plan``; a torn or foreign file is quarantined and
-counts as none (the deployment starts again from its spec's count).
+counts as none (the deployment starts again from the replicas its records hold: the
+autoscaler's ``_counted``).
 
 ```json
 {"version": 1, "count": 3, "low_since": null, "low_wants": 0,

@@ -118,24 +118,57 @@ class SourceStatus:
 def _decode_status(data: Any) -> SourceStatus:
     if not isinstance(data, dict):
         raise ValueError(f"a {type(data).__name__}, not an object")
-    known = set(SourceStatus.__dataclass_fields__)
-    return SourceStatus(**{k: v for k, v in data.items() if k in known})  # TypeError: set aside
+    fields = SourceStatus.__dataclass_fields__
+    kept = {k: v for k, v in data.items() if k in fields}
+    missing = [k for k, f in fields.items() if k not in kept and f.default is f.default_factory]
+    if missing:  # both MISSING: a field with no default
+        raise ValueError(f"no {', '.join(missing)}")
+    for key, value in kept.items():  # a hand edit's `"pinned": 5` broke a verb later
+        if not _typed(str(fields[key].type), value):
+            raise ValueError(f"{key}: {value!r}, not {fields[key].type}")
+    return SourceStatus(**kept)
+
+
+def _typed(kind: str, value: Any) -> bool:
+    """``value`` is of the field's annotation (the few kinds SourceStatus uses)."""
+    if value is None:
+        return kind.endswith("| None")
+    if isinstance(value, bool):
+        return kind == "bool"
+    base = kind.removesuffix(" | None")
+    if base == "float":
+        return isinstance(value, int | float)
+    if base == "list[str]":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return type(value).__name__ == base
+
+
+# What a damaged source.json's reader is told. The file holds choices no other file
+# does (a rollback's pin, the owner a spelling kept), so it is never set aside and read
+# as none: a pass that did so forgot the pin and applied the newest commit in silence.
+REFUSED = (
+    "it holds the node's git source, its rollback pin and its fetch state, so nothing of"
+    " the source is fetched or applied until it is mended (the engines keep running)."
+    " Restore it from a backup, or move it aside to follow the source afresh (a pin it"
+    " held is then forgotten: `reconcile history` lists the commits applied,"
+    " `reconcile rollback REV` pins one again)"
+)
 
 
 def status_document(state_dir: Path) -> Document[SourceStatus]:
     state = StateDir(state_dir)
-    return Document(state, state.git_source, _decode_status, asdict, indent=1)
+    return Document(state, state.git_source, _decode_status, asdict, indent=1, refused=REFUSED)
 
 
 def read_status(state_dir: Path) -> SourceStatus | None:
-    """The remembered source, or None when this state dir follows no git source (a torn
-    file is quarantined, named, and read as none: the next sync writes it again)."""
+    """The remembered source, or None when this state dir follows no git source; a file
+    that does not decode (or cannot be read) raises RecordError, named, left in place."""
     return status_document(state_dir).read()
 
 
 def peek_status(state_dir: Path) -> SourceStatus | None:
-    """The remembered source, read and never set aside (the page, `status`, `source`: a
-    torn file is a pass's to quarantine, and reads as none here until it is written again)."""
+    """The remembered source, never refused (the page, `status`: a damaged file is named,
+    once, with the way out, and reads as none here)."""
     return status_document(state_dir).peek()
 
 
