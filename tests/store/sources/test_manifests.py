@@ -585,6 +585,31 @@ def test_a_number_the_engine_would_get_other_than_written_is_refused(
             id="env-as-docker-list",
         ),
         pytest.param(
+            "  env:\n    - name: HF_TOKEN\n      value: hf_Secret0123456789\n"
+            "    - {name: MODE, value: fast}\n",
+            "spec.env: Input should be a valid dictionary: a mapping NAME: value, not "
+            "Kubernetes' list of name/value items: write env: "
+            '{HF_TOKEN: "<redacted>", MODE: "fast"}',
+            id="env-as-kubernetes-list",
+        ),
+        pytest.param(
+            "  env: {HF_TOKEN: {value: hf_Secret0123456789}}\n",
+            "spec.env.HF_TOKEN: Input should be a valid string: Kubernetes' {value: ...} "
+            "shape: write HF_TOKEN: VALUE, the value alone",
+            id="env-value-as-kubernetes-mapping",
+        ),
+        pytest.param(
+            "  env:\n    - name: HF_TOKEN\n      valueFrom: {secretKeyRef: {name: hf, key: t}}\n",
+            "spec.env: Input should be a valid dictionary: Kubernetes' valueFrom (a Secret, a "
+            "ConfigMap) is not read here: put the value in a file spec.envFrom reads",
+            id="env-value-from-a-kubernetes-secret",
+        ),
+        pytest.param(
+            "  env: [HF_TOKEN=hf_Secret0123456789, HF_HOME=/data/hf]\n",
+            'write env: {HF_TOKEN: "<redacted>", HF_HOME: "/data/hf"}',
+            id="env-as-docker-list-with-a-secret",
+        ),
+        pytest.param(
             "  devices: 1\n",
             "spec.devices: Input should be a mapping of fields, not int: write devices: {count: 1}",
             id="devices-as-a-count",
@@ -686,6 +711,7 @@ def test_a_wrong_shape_says_what_to_write(tmp_path: Path, extra: str, expected: 
     message = only_error(load([tmp_path]))
     assert expected in message, message
     assert message.startswith(f"{tmp_path / 'bad.yaml'}:8: "), message
+    assert "Secret0123456789" not in message  # a token written inline is never echoed
 
 
 @pytest.mark.parametrize(
