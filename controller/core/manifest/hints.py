@@ -12,10 +12,10 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from controller.core.manifest.excerpt import clip, short
-from controller.redact import redact_env
+from controller.redact import redact_args, redact_env
 
 # A mapping written as its one obvious field's value (`devices: 1` is `devices: {count: 1}`),
 # when the value is of that field's type; `tcpSocket` and `completion` take no field at all.
@@ -207,3 +207,27 @@ def for_image(image: str, valid: Callable[[str], bool]) -> str:
     if digest and not re.fullmatch(r"sha256:[a-f0-9]{64}", digest):
         return ": its digest must be sha256: and 64 lower-case hex digits (`podman image inspect`)"
     return ""
+
+
+# `"--ctx-size 4096"`, `"-ngl 99"`: a flag and its value in one argv item. No shell splits
+# it, so the engine got it whole and refused it (llama-server: invalid argument), after a
+# start; `--port 9000` so written also passed the check of the flags a recipe sets itself.
+GLUED = re.compile(r"(--?[A-Za-z][A-Za-z0-9_.-]*)\s+(\S.*)", re.DOTALL)
+
+
+def glued_flag(items: Sequence[str]) -> tuple[int, str] | None:
+    """The first item of an argv that is a flag and its value with a space between, and
+    the two items to write (a secret's value hidden). An item after a flag without a
+    value is left be: it may be that flag's value (`--extra-args "-x 1"`)."""
+    for index, item in enumerate(items):
+        match = GLUED.fullmatch(item.strip())
+        before = items[index - 1] if index else ""
+        if match is None or (before.startswith("-") and "=" not in before):
+            continue
+        flag, value = redact_args([match.group(1), match.group(2)])
+        return index, (
+            f"a flag and its value in one item (a space between them): no shell splits it, "
+            f"so the engine would get it whole and refuse it; write two items: "
+            f"[{flag}, {clip(json.dumps(value), 60)}]"
+        )
+    return None

@@ -397,8 +397,9 @@ def _load_document(
             if selector:
                 result.invalid_selectors.setdefault(name, selector)
         return
-    lossy = _number_not_as_written(value, lines, text)
-    if lossy is not None:  # `MODE: 0755` reached the engine as "493": refused, not guessed
+    # `MODE: 0755` reached the engine as "493", `"-ngl 99"` as one word: refused, not guessed
+    lossy = _number_not_as_written(value, lines, text) or _glued_flag(deployment.spec)
+    if lossy is not None:
         _invalid(result, deployment, file, lines, *lossy)
         return
     problem = _recipe_problem(deployment)
@@ -456,6 +457,16 @@ def _load_document(
             field_lines=lines,
         ),
     )
+
+
+def _glued_flag(spec: DeploymentSpec) -> tuple[Loc, str] | None:
+    """An argv item of args (or command, past its program) that is a flag and its value."""
+    for name, items in (("command", (spec.command or ())[1:]), ("args", spec.args)):
+        glued = hints.glued_flag(items)
+        if glued is not None:
+            index, why = glued
+            return ("spec", name, index + (name == "command")), why
+    return None
 
 
 def _invalid(

@@ -834,3 +834,48 @@ def test_a_folder_with_no_manifest_names_itself_and_what_it_passed_over(tmp_path
         f"no manifest in {tmp_path / 'm'} (ignored README.md, notes.txt: manifests are .yaml "
         "or .yml files; no document in web.yaml: blank or only comments)"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        pytest.param(
+            '  args: [--ctx-size, "4096", "-ngl 99"]\n',
+            "spec.args: a flag and its value in one item (a space between them): no shell "
+            "splits it, so the engine would get it whole and refuse it; write two items: "
+            '[-ngl, "99"]',
+            id="args",
+        ),
+        pytest.param(
+            '  args: ["--api-key sk-Secret0123456789"]\n',
+            'write two items: [--api-key, "<redacted>"]',
+            id="a-secret-flag",
+        ),
+    ],
+)
+def test_a_flag_and_its_value_in_one_argv_item_is_refused_on_its_line(
+    tmp_path: Path, argv: str, expected: str
+) -> None:
+    """`"--ctx-size 4096"` reached the engine as one word (no shell splits it), which it
+    refused at its start; `"--port 9000"` so written passed the recipe's own-flags check."""
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + argv)
+    message = only_error(load([tmp_path]))
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}:8: "), message
+    assert expected in message and "Secret0123456789" not in message, message
+
+
+def test_a_flag_and_its_value_in_one_command_item_is_refused(tmp_path: Path) -> None:
+    body = GOOD.format(name="a").replace('"{port}"]', '"{port}", "--threads 4"]')
+    write(tmp_path, "bad.yaml", body)
+    message = only_error(load([tmp_path]))
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}:7: spec.command: a flag and its"), message
+    assert 'write two items: [--threads, "4"]' in message, message
+
+
+def test_an_item_after_a_flag_may_be_its_value_with_spaces(tmp_path: Path) -> None:
+    """`--extra-args "-x 1"`: the item may be the flag's value, so it is left be; so is a
+    flag=value whose value has a space, and command's program (a path may have one)."""
+    body = GOOD.format(name="a").replace("[serve,", '["-my serve",')
+    write(tmp_path, "ok.yaml", body + '  args: [--extra-args, "-x 1", "--title=a b"]\n')
+    result = load([tmp_path])
+    assert not result.errors and "a" in result.entries, [str(e) for e in result.errors]
