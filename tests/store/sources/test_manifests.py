@@ -188,14 +188,14 @@ def test_duplicate_names_across_files_are_both_reported(tmp_path: Path) -> None:
     assert "web" not in result.entries and "web" in result.invalid_names
     messages = sorted(str(e) for e in result.errors)
     assert len(messages) == 2
-    assert messages[0].startswith(f"{tmp_path / 'a.yaml'}:1: metadata.name: duplicate")
-    assert f"also declared in {tmp_path / 'b.yaml'}:1" in messages[0]
-    assert f"also declared in {tmp_path / 'a.yaml'}:1" in messages[1]
+    assert messages[0].startswith(f"{tmp_path / 'a.yaml'}:4: metadata.name: duplicate")
+    assert f"also declared in {tmp_path / 'b.yaml'}:4" in messages[0]
+    assert f"also declared in {tmp_path / 'a.yaml'}:4" in messages[1]
     # status' message for the engine left running names the file and field, as others do
     said = result.invalid_names["web"]
-    also = f"also declared in {tmp_path / 'a.yaml'}:1"
+    also = f"also declared in {tmp_path / 'a.yaml'}:4"
     assert (
-        said == f"{tmp_path / 'b.yaml'}:1: metadata.name: duplicate deployment name 'web': {also}"
+        said == f"{tmp_path / 'b.yaml'}:4: metadata.name: duplicate deployment name 'web': {also}"
     )
 
 
@@ -204,6 +204,27 @@ def test_duplicate_of_an_invalid_document(tmp_path: Path) -> None:
     write(tmp_path, "b.yaml", GOOD.format(name="web"))
     result = load([tmp_path])
     assert "web" not in result.entries
+    said = [str(e) for e in result.errors if "metadata.name:" in str(e)]
+    assert said == [
+        f"{tmp_path / 'b.yaml'}:4: metadata.name: duplicate deployment name 'web': also "
+        f"declared in {tmp_path / 'a.yaml'}:4"
+    ]
+
+
+def test_a_name_declared_three_times_names_its_line_each_time(tmp_path: Path) -> None:
+    """Each duplicate points at metadata.name's line, not its document's first (a comment,
+    apiVersion), and a third names the first declaration: it said 'an invalid document'."""
+    write(tmp_path, "a.yaml", "# the web server\n" + GOOD.format(name="web"))
+    second = GOOD.format(name="web").replace("metadata:\n", "metadata:\n  labels: {a: b}\n")
+    write(tmp_path, "b.yaml", second + "---\n" + GOOD.format(name="web"))
+    said = sorted(str(e) for e in load([tmp_path]).errors)
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    message = "metadata.name: duplicate deployment name 'web': also declared in"
+    assert said == [
+        f"{a}:5: {message} {b}:5",
+        f"{b}:13: {message} {a}:5",
+        f"{b}:5: {message} {a}:5",
+    ]
 
 
 def test_duplicates_across_folders(tmp_path: Path) -> None:
