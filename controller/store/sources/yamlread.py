@@ -19,6 +19,7 @@ from yaml.resolver import Resolver
 # parse cache never imports yaml); re-exported here for the node config reader.
 from controller.core.manifest import excerpt
 from controller.store.sources.bounded import MAX_FILE_BYTES as MAX_FILE_BYTES
+from controller.store.sources.bounded import SPLIT
 from controller.store.sources.bounded import Document as Document
 from controller.store.sources.bounded import Path_ as Path_
 from controller.store.sources.bounded import field_path as field_path
@@ -70,7 +71,7 @@ class _BoundedLoader(_Base):
             if self.composed > MAX_NODES or self.depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 if self.composed > MAX_NODES:
-                    raise _at(mark, f"more than {MAX_NODES} YAML nodes")
+                    raise _at(mark, f"more than {MAX_NODES} YAML nodes{SPLIT}")
                 raise _at(mark, f"nested deeper than {MAX_DEPTH} levels")
             return super().compose_node(parent, index)
         finally:

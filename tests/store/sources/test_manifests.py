@@ -118,8 +118,13 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
                 f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n"
                 for p, c in zip("abcdef", "bcdefg", strict=True)
             ),
-            "more than 20000 YAML nodes",
+            "more than 20000 YAML nodes (alias expansion?)",
             id="billion-laughs-bounded",
+        ),
+        pytest.param(
+            "---\n".join(GOOD.format(name=f"a{i}") for i in range(2500)),
+            "more than 20000 YAML nodes of a file: split its documents into several files",
+            id="a-file-of-thousands-of-manifests",
         ),
         pytest.param("[" * 200 + "]" * 200, "nested deeper than", id="deep-nesting-bounded"),
         pytest.param("{1: 2}\n", "mapping key 1 must be a string", id="non-string-key"),
@@ -261,7 +266,7 @@ def test_one_file_named_twice_is_read_once(tmp_path: Path, also: str) -> None:
         ("directory", "a folder, not a file: name it its own -f, or rename it"),
         ("fifo", "not a regular file (mode p"),
         ("not-utf8", "not UTF-8 text (byte 0xff at column 1): save the file as UTF-8"),
-        ("too-big", "bytes is over the 1048576-byte limit"),
+        ("too-big", "bytes is over the 1048576-byte limit of a file: split its documents into"),
         ("dangling-link", "nowhere.yaml', which does not exist"),
         ("symlink-loop", "a symlink loop: point the link at a file"),
     ],
