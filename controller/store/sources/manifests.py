@@ -184,7 +184,9 @@ def _validation_errors(
                 file, bounded.line_for(lines, loc), bounded.field_path(loc), message, name
             )
         )
-    return out
+    # In the file's order, as a reader goes down it (pydantic's is the model's fields':
+    # line 12, 13, 9, 8...); the first, which status shows, is the topmost.
+    return sorted(out, key=lambda error: error.line or 0)
 
 
 def _written_in(text: str, lines: dict[Path_, int]) -> Written:

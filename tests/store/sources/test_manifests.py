@@ -907,3 +907,16 @@ def test_an_item_after_a_flag_may_be_its_value_with_spaces(tmp_path: Path) -> No
     write(tmp_path, "ok.yaml", body + '  args: [--extra-args, "-x 1", "--title=a b"]\n')
     result = load([tmp_path])
     assert not result.errors and "a" in result.entries, [str(e) for e in result.errors]
+
+
+def test_a_documents_errors_come_in_the_files_order(tmp_path: Path) -> None:
+    """pydantic reports by the model's fields (args, env, then devices, port): validate
+    listed lines 12, 13, 9, 8; a reader goes down the file, and status shows the first."""
+    body = GOOD.format(name="a") + (
+        "  port: abc\n  devices: {count: two}\n  args: --ctx-size 4096\n  env: {B: true}\n"
+    )
+    write(tmp_path, "bad.yaml", body)
+    result = load([tmp_path])
+    lines = [error.line for error in result.errors]
+    assert lines == [8, 9, 10, 11], [str(e) for e in result.errors]
+    assert result.invalid_names["a"].startswith(f"{tmp_path / 'bad.yaml'}:8: spec.port:")
