@@ -79,6 +79,8 @@ def _message(err: ErrorDetails, path: Loc, written: Written | None = None) -> st
         message = _list_message(err["loc"], value, field)
     elif kind == "int_from_float" and path[-2:] == ("devices", "count"):  # half a GPU
         message += hints.PART_OF_A_DEVICE
+    elif kind == "string_too_long" and path == ("metadata", "name"):  # pydantic's words alone
+        message = f"name of {len(str(value))} characters: {DNS_1123_LONG}"
     elif kind == "missing":  # `apiVersion` left out: the line to add
         message += hints.for_missing(path)
     elif kind in ("literal_error", "enum"):  # `always`, `llamacpp`: say which one
@@ -87,6 +89,12 @@ def _message(err: ErrorDetails, path: Loc, written: Written | None = None) -> st
         # `stopGracePeriodSeconds: 30s` (idleTimeout takes "90s"): the name says the unit
         message = f"a number of seconds (e.g. 30), not {short(str(value))}"
     return message
+
+
+DNS_1123_LONG = (
+    "a DNS-1123 label has at most 63 (lower-case letters, digits and '-'): shorten it; "
+    "spec.aliases gives the gateway longer model names"
+)
 
 
 def _env_hint(path: Loc, value: object) -> str:

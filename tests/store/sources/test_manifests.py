@@ -108,6 +108,13 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
             id="merge-keys-refused",
         ),
         pytest.param(
+            GOOD.format(name="a" * 70),
+            "bad.yaml:4: metadata.name: name of 70 characters: a DNS-1123 label has at most 63 "
+            "(lower-case letters, digits and '-'): shorten it; spec.aliases gives the gateway "
+            "longer model names",
+            id="a-name-too-long",
+        ),
+        pytest.param(
             GOOD.format(name="Bad_Name"),
             "bad.yaml:4: metadata.name: name 'Bad_Name' is not a DNS-1123 label",
             id="bad-name",
