@@ -293,6 +293,41 @@ def test_validate(reconcile: Any) -> None:
     assert reconcile.pids() == set() and not (reconcile.state / "instances").exists()
 
 
+def test_validate_warns_of_a_secret_in_the_clear_and_a_variable_never_expanded(
+    reconcile: Any,
+) -> None:
+    """Valid, but surely not meant: a token in the manifest (DESIGN: a repository of
+    manifests holds no secret in the clear) and `${VAR}` (compose's, llama-swap's habit),
+    which the engine got as text. Each said on its line with the move, exit 0, and the
+    token never echoed; a setting whose name says TOKEN, a path, a word are left be."""
+    env = {
+        "HF_TOKEN": "hf_Secret0123456789",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_TOKEN_PATH": "/data/token",
+        "HOME_DIR": "${HOME}/models",
+        "MODE": "fast",
+    }
+    path = reconcile.write("web", env=env, args=["--api-base", "$BASE"])
+    result = reconcile("validate", check=0)
+    assert "1 deployment(s) in 1 file(s): valid" in result.out
+    warnings = [line for line in result.err.splitlines() if line.startswith("warning: ")]
+    lines = path.read_text().splitlines()
+    at = {key: lines.index(next(ln for ln in lines if key in ln)) + 1 for key in env}
+    args_at = lines.index(next(ln for ln in lines if "$BASE" in ln)) + 1
+    assert warnings == [
+        f"warning: {path}:{at['HF_TOKEN']}: spec.env.HF_TOKEN: a secret's value written in the "
+        "manifest, in the clear wherever it is kept: move it to a file spec.envFrom reads "
+        "({file: /etc/reconcile/NAME.env}, 0600, or {sopsFile: ...})",
+        f"warning: {path}:{at['HOME_DIR']}: spec.env.HOME_DIR: ${{HOME}} is not expanded (no "
+        "shell runs the engine): it gets the text as written; a value of the node's: a file "
+        "spec.envFrom reads; else write the value out",
+        f"warning: {path}:{args_at}: spec.args[1]: $BASE is not expanded (no shell runs the "
+        "engine): it gets the text as written; a value of the node's: a file spec.envFrom "
+        "reads; else write the value out",
+    ], result.err
+    assert "Secret0123456789" not in result.out + result.err
+
+
 def test_schema_is_json_schema(reconcile: Any) -> None:
     schema = reconcile("schema", check=0).json()
     assert schema["title"] == "reconcile Deployment"

@@ -856,10 +856,10 @@ def test_a_container_without_those_fields_leaves_kubernetes_defaults() -> None:
     pod = by_kind(export(deployment("web", **cpu, container=odd)))
     (shm,) = pod["Deployment"]["spec"]["template"]["spec"]["volumes"]
     assert shm["emptyDir"]["sizeLimit"] == "1500Mi"
-    odder = {"shmSize": "1000001"}
+    odder = {"shmSize": "10000001"}
     pod = by_kind(export(deployment("web", **cpu, container=odder)))
     (shm,) = pod["Deployment"]["spec"]["template"]["spec"]["volumes"]
-    assert shm["emptyDir"]["sizeLimit"] == "1000001"
+    assert shm["emptyDir"]["sizeLimit"] == "10000001"
 
 
 @pytest.mark.parametrize("version", VERSIONS)

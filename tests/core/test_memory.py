@@ -483,7 +483,8 @@ def test_a_spelling_the_engine_does_not_read_as_the_flag_is_no_users_share() -> 
         ("1Ti", 1 << 40),
         ("80G", 80 * 10**9),
         ("1.5Gi", 3 * GI // 2),
-        (1024, 1024),
+        (1 << 20, 1 << 20),
+        ("1048576", 1 << 20),
     ],
 )
 def test_quantities(text: str | int, size: int) -> None:
@@ -495,12 +496,19 @@ def test_quantities(text: str | int, size: int) -> None:
     [
         ("0", "is zero"),
         ("-1Gi", "negative"),
-        ("20GB", "unknown unit 'GB'"),
+        ("20GB", "unknown unit 'GB': write 20Gi \\(GiB, powers of 1024\\) or 20G \\(powers"),
+        ("16g", "unknown unit 'g': write 16Gi \\(GiB, powers of 1024\\) or 16G"),
+        ("512MiB", "unknown unit 'MiB': write 512Mi \\(units"),
+        ("16", "no unit, so it is 16 bytes, surely not meant: write 16Gi \\(GiB\\) or 16G"),
+        (16, "no unit, so it is 16 bytes"),
+        ("1048575", "no unit"),
         ("lots", "not a quantity"),
         ("", "not a quantity"),
     ],
 )
-def test_bad_quantities_say_what_is_wrong(text: str, phrase: str) -> None:
+def test_bad_quantities_say_what_is_wrong(text: str | int, phrase: str) -> None:
+    """`16GB`, `16g` (docker's) and a bare `16` (16 bytes, as Kubernetes reads it, which
+    packed engines onto a device for free) each say the spelling meant."""
     with pytest.raises(ValueError, match=phrase):
         parse_quantity(text)
 

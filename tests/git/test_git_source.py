@@ -645,8 +645,8 @@ def test_errors_that_name_a_second_file_name_it_as_the_repository_does(
     remote.commit({"manifests/a.yaml": text, "manifests/b.yaml": text}, "alpha twice")
     reconcile("--once", *git_args(remote), check=1)
     said = reconcile(*git_args(remote, "validate"), check=1).err
-    assert "manifests/a.yaml:1: metadata.name: duplicate deployment name 'alpha': also " in said
-    assert "also declared in manifests/b.yaml:1" in said, said
+    assert "manifests/a.yaml:4: metadata.name: duplicate deployment name 'alpha': also " in said
+    assert "also declared in manifests/b.yaml:4" in said, said
     assert str(reconcile.state) not in said, said
 
 

@@ -662,8 +662,8 @@ def test_11_bad_input_gets_a_clear_error_and_disturbs_nothing(reconcile: Any) ->
         and "spec.devices.count: Input should be a valid integer" in errors
     )
     assert "spec.replica: unknown field" in errors
-    assert f"{m / 'dup.yaml'}:1: metadata.name: duplicate deployment name 'dup'" in errors
-    assert f"{m / 'dup2.yaml'}:1: metadata.name: duplicate" in errors
+    assert f"{m / 'dup.yaml'}:4: metadata.name: duplicate deployment name 'dup'" in errors
+    assert f"{m / 'dup2.yaml'}:4: metadata.name: duplicate" in errors
     assert f"{m / 'unreadable.yaml'}: cannot read: a folder, not a file" in errors
     assert "spec.stopGracePeriodSeconds" in errors
 

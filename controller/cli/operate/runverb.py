@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Mapping
 from itertools import chain
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config
 from controller.cli.common import reconciler as build
-from controller.redact import printable
+from controller.redact import SECRET, printable
 
 # What `validate` adds to `no manifest in DIR (…)`, where a pass says "nothing pruned".
 NOTHING_TO_VALIDATE = "nothing to validate (--allow-empty if that is meant)"
@@ -329,5 +330,50 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"error: {loaded.no_manifest}: {NOTHING_TO_VALIDATE}", file=sys.stderr)
         return EXIT_FAIL
     count = len(loaded.entries) + sum(map(len, loaded.apart.values()))
+    for warning in _validate_warnings(loaded):
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"{count} deployment(s) in {len(loaded.files)} file(s): valid")
     return EXIT_OK
+
+
+# Not secrets though their names say TOKEN or KEY: a setting's word, a path to a file.
+_NOT_A_SECRET = re.compile(r"^(true|false|yes|no|on|off|[0-9.]*|[/$~.].*)$", re.IGNORECASE)
+# `${HF_TOKEN}`, `$HOME/x`: compose's and llama-swap's habit; no shell runs an engine.
+_VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+UNEXPANDED = (
+    "{} is not expanded (no shell runs the engine): it gets the text as written; a "
+    "value of the node's: a file spec.envFrom reads; else write the value out"
+)
+IN_THE_CLEAR = (
+    "a secret's value written in the manifest, in the clear wherever it is kept: move it "
+    "to a file spec.envFrom reads ({file: /etc/reconcile/NAME.env}, 0600, or {sopsFile: ...})"
+)
+
+
+def _validate_warnings(loaded: LoadResult) -> list[str]:
+    """What is valid but surely not meant: a secret's value in the manifest (DESIGN's "a
+    repository of manifests holds no secret in the clear"), said where a CI job runs
+    validate, and a `$VAR` the engine gets as text. Never a secret's value."""
+    said = []
+    for entry in [*loaded.entries.values(), *chain.from_iterable(loaded.apart.values())]:
+        spec = entry.deployment.spec
+        items: list[tuple[tuple[str | int, ...], str, str]]
+        items = [(("spec", "env", k), f"spec.env.{k}", v) for k, v in spec.env.items()]
+        items += [(("spec", "args", i), f"spec.args[{i}]", a) for i, a in enumerate(spec.args)]
+        for loc, path, value in items:
+            why = _unexpanded(value) or _in_the_clear(loc, value)
+            if why:
+                where = f"{loaded.named(entry.source)}:{loaded.line_of(entry, loc)}"
+                said.append(f"{where}: {path}: {why}")
+    return said
+
+
+def _unexpanded(value: str) -> str:
+    found = _VARIABLE.search(value)
+    return UNEXPANDED.format(found.group()) if found else ""
+
+
+def _in_the_clear(loc: tuple[str | int, ...], value: str) -> str:
+    name = str(loc[-1])
+    secret = loc[1] == "env" and SECRET.search(name.upper().replace("TOKENIZER", ""))
+    return IN_THE_CLEAR if secret and not _NOT_A_SECRET.match(value) else ""

@@ -12,9 +12,10 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from controller.core.manifest.excerpt import clip, short
+from controller.redact import redact_args, redact_env
 
 # A mapping written as its one obvious field's value (`devices: 1` is `devices: {count: 1}`),
 # when the value is of that field's type; `tcpSocket` and `completion` take no field at all.
@@ -102,6 +103,33 @@ def for_text(value: object, written: str | None = None) -> str:
     return ""
 
 
+# Kubernetes' env is a list of {name, value} (or valueFrom) items; reconcile's a mapping.
+# The line to write hides a secret's value (redact_env): a token inline would be echoed.
+KUBERNETES_ENV = ": a mapping NAME: value, not Kubernetes' list of name/value items: write env: {}"
+VALUE_FROM = (
+    ": Kubernetes' valueFrom (a Secret, a ConfigMap) is not read here: put the value in a"
+    " file spec.envFrom reads ({file: /etc/reconcile/NAME.env} or {sopsFile: ...})"
+)
+
+
+def for_env(name: str | int, value: object) -> str:
+    """spec.env, or one of its values, in another shape: what to write, naming the
+    variables and never quoting a value (a token there would reach the terminal)."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        if any("valueFrom" in v for v in value):
+            return VALUE_FROM
+        pairs = {str(v.get("name", "NAME")): str(v.get("value", "")) for v in value}
+        return KUBERNETES_ENV.format(_mapping_line(pairs))
+    if isinstance(value, dict) and "valueFrom" in value:
+        return VALUE_FROM
+    if isinstance(value, dict) and list(value) == ["value"]:
+        said = clip(str(name), 60)
+        return f": Kubernetes' {{value: ...}} shape: write {said}: VALUE, the value alone"
+    if isinstance(value, dict):
+        return ": YAML reads the value as a mapping (': ' or braces unquoted): quote it"
+    return "" if isinstance(value, list) else for_text(value)
+
+
 def _as_number(value: int | float, written: str | None) -> str:
     """What was written and the number YAML made of it, where they differ."""
     number = short(value)  # short(): an int past Python's digit limit has no str
@@ -127,8 +155,7 @@ def for_mapping(field: str | int, value: object) -> str:
     """A mapping was wanted; ``value`` is a bare value or a list of ``KEY=VALUE``."""
     if isinstance(value, list) and value and all(_pair(v) for v in value):
         pairs = dict(str(v).split("=", 1) for v in value)
-        example = ", ".join(f"{k}: {json.dumps(v)}" for k, v in pairs.items())
-        return f": a mapping, not KEY=VALUE items: write {field}: {clip('{' + example + '}', 80)}"
+        return f": a mapping, not KEY=VALUE items: write {field}: {_mapping_line(pairs)}"
     if str(field) in EMPTY:
         return f": write {field}: {{}} (it takes no fields)"
     inner, kind = SHORTHAND.get(str(field), ("", type(None)))
@@ -145,6 +172,13 @@ def for_list(field: str | int, value: object) -> str:
     if isinstance(value, str):
         return f": write {field}: [{clip(json.dumps(value), 80)}]"
     return ""
+
+
+def _mapping_line(pairs: dict[str, str]) -> str:
+    """``{A: "b", HF_TOKEN: "<redacted>"}``: the flow mapping to write, a secret's value
+    hidden (an env's, a label's: either may be a token written where it should not be)."""
+    example = ", ".join(f"{k}: {json.dumps(v)}" for k, v in redact_env(pairs).items())
+    return clip("{" + example + "}", 80)
 
 
 def _pair(item: object) -> bool:
@@ -173,3 +207,27 @@ def for_image(image: str, valid: Callable[[str], bool]) -> str:
     if digest and not re.fullmatch(r"sha256:[a-f0-9]{64}", digest):
         return ": its digest must be sha256: and 64 lower-case hex digits (`podman image inspect`)"
     return ""
+
+
+# `"--ctx-size 4096"`, `"-ngl 99"`: a flag and its value in one argv item. No shell splits
+# it, so the engine got it whole and refused it (llama-server: invalid argument), after a
+# start; `--port 9000` so written also passed the check of the flags a recipe sets itself.
+GLUED = re.compile(r"(--?[A-Za-z][A-Za-z0-9_.-]*)\s+(\S.*)", re.DOTALL)
+
+
+def glued_flag(items: Sequence[str]) -> tuple[int, str] | None:
+    """The first item of an argv that is a flag and its value with a space between, and
+    the two items to write (a secret's value hidden). An item after a flag without a
+    value is left be: it may be that flag's value (`--extra-args "-x 1"`)."""
+    for index, item in enumerate(items):
+        match = GLUED.fullmatch(item.strip())
+        before = items[index - 1] if index else ""
+        if match is None or (before.startswith("-") and "=" not in before):
+            continue
+        flag, value = redact_args([match.group(1), match.group(2)])
+        return index, (
+            f"a flag and its value in one item (a space between them): no shell splits it, "
+            f"so the engine would get it whole and refuse it; write two items: "
+            f"[{flag}, {clip(json.dumps(value), 60)}]"
+        )
+    return None

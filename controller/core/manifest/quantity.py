@@ -70,7 +70,7 @@ def parse_quantity(text: object) -> int:
     ended every command and the daemon's passes).
     """
     if isinstance(text, int) and not isinstance(text, bool):
-        return _positive(Decimal(text), str(text))
+        return _bytes_meant(_positive(Decimal(text), str(text)), str(text))
     if not isinstance(text, str):  # YAML `true`, 1.5, [], {}: not a size
         raise ValueError(f"memory {short(text)} is not a quantity ({EXAMPLE})")
     match = _QUANTITY.match(text)
@@ -78,12 +78,42 @@ def parse_quantity(text: object) -> int:
         raise ValueError(f"memory {short(text)} is not a quantity ({EXAMPLE})")
     number, unit = match.groups()
     if unit not in UNITS:
-        raise ValueError(f"memory {short(text)} has an unknown unit {short(unit)} ({EXAMPLE})")
+        said = f"memory {short(text)} has an unknown unit {short(unit)}"
+        raise ValueError(f"{said}{_unit_meant(number, unit) or f' ({EXAMPLE})'}")
     try:
         value = Decimal(number) * UNITS[unit]
     except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
         raise ValueError(f"memory {short(text)} is not a quantity ({EXAMPLE})") from None
-    return _positive(value, text)
+    size = _positive(value, text)
+    return size if unit else _bytes_meant(size, number)
+
+
+# `memory: 16` is 16 bytes, as Kubernetes reads it: as a device's share it packed engines
+# onto a GPU for free. No size under a MiB is meant without its unit.
+LEAST_BARE = 1 << 20
+
+
+def _bytes_meant(size: int, number: str) -> int:
+    if size >= LEAST_BARE:
+        return size
+    raise ValueError(
+        f"memory {number} has no unit, so it is {number} bytes, surely not meant: "
+        f"write {number}Gi (GiB) or {number}G (GB); units Ki, Mi, Gi, Ti; k, M, G, T"
+    )
+
+
+def _unit_meant(number: str, unit: str) -> str:
+    """`16GB`, `16g`, `16GiB`: the spellings Kubernetes reads for the size meant."""
+    letter, rest = unit[:1].upper(), unit[1:].lower()
+    if letter not in "KMGT" or rest not in ("", "b", "i", "ib"):
+        return ""
+    binary, decimal = f"{number}{letter}i", f"{number}{'k' if letter == 'K' else letter}"
+    if rest.startswith("i"):
+        return f": write {binary} (units Ki, Mi, Gi, Ti; k, M, G, T)"
+    return (
+        f": write {binary} ({letter}iB, powers of 1024) or {decimal} (powers of 1000); "
+        "units Ki, Mi, Gi, Ti; k, M, G, T"
+    )
 
 
 def _positive(value: Decimal, text: str) -> int:

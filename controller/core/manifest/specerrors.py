@@ -69,7 +69,9 @@ def _message(err: ErrorDetails, path: Loc, written: Written | None = None) -> st
     field = next((part for part in reversed(path) if isinstance(part, str)), "")
     if kind == "model_type":  # not "...or instance of DeploymentSpec": Python's words
         message = f"Input should be a mapping of fields, not {_kind(value)}"
-    if kind in ("model_type", "dict_type"):  # `devices: 1`, `env: [A=b]`: what to write
+    if path[:2] == ("spec", "env") and kind in ("dict_type", "string_type"):
+        message += _env_hint(path, value)
+    elif kind in ("model_type", "dict_type"):  # `devices: 1`, `env: [A=b]`: what to write
         message += hints.for_mapping(field, value)
     elif kind == "string_type":  # `{port}`, `true`, `1.0` unquoted: YAML's, not text
         message += hints.for_text(value, written(path, value) if written else None)
@@ -77,6 +79,8 @@ def _message(err: ErrorDetails, path: Loc, written: Written | None = None) -> st
         message = _list_message(err["loc"], value, field)
     elif kind == "int_from_float" and path[-2:] == ("devices", "count"):  # half a GPU
         message += hints.PART_OF_A_DEVICE
+    elif kind == "string_too_long" and path == ("metadata", "name"):  # pydantic's words alone
+        message = f"name of {len(str(value))} characters: {DNS_1123_LONG}"
     elif kind == "missing":  # `apiVersion` left out: the line to add
         message += hints.for_missing(path)
     elif kind in ("literal_error", "enum"):  # `always`, `llamacpp`: say which one
@@ -85,6 +89,19 @@ def _message(err: ErrorDetails, path: Loc, written: Written | None = None) -> st
         # `stopGracePeriodSeconds: 30s` (idleTimeout takes "90s"): the name says the unit
         message = f"a number of seconds (e.g. 30), not {short(str(value))}"
     return message
+
+
+DNS_1123_LONG = (
+    "a DNS-1123 label has at most 63 (lower-case letters, digits and '-'): shorten it; "
+    "spec.aliases gives the gateway longer model names"
+)
+
+
+def _env_hint(path: Loc, value: object) -> str:
+    """spec.env as Kubernetes writes it, or as KEY=VALUE items; never a value quoted."""
+    if len(path) == 2 and isinstance(value, list) and value and isinstance(value[0], str):
+        return hints.for_mapping("env", value)  # `env: [A=b]`: the mapping to write
+    return hints.for_env(path[-1], value)
 
 
 def _list_message(loc: tuple[str | int, ...], value: object, written: str | int) -> str:

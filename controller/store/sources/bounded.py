@@ -59,6 +59,11 @@ def _inside_folder(path: Path) -> Path:
     return target
 
 
+# The move for a file past a bound: a folder's files are read together, so its documents
+# may as well be in several (a thousand deployments in one file passed none).
+SPLIT = " of a file: split its documents into several files"
+
+
 def read_bounded(path: Path, strict: bool = False) -> bytes:
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
@@ -76,10 +81,10 @@ def read_bounded(path: Path, strict: bool = False) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise OSError(f"not a regular file (mode {stat.filemode(info.st_mode)})")
         if info.st_size > MAX_FILE_BYTES:
-            raise OSError(f"{info.st_size} bytes is over the {MAX_FILE_BYTES}-byte limit")
+            raise OSError(f"{info.st_size} bytes is over the {MAX_FILE_BYTES}-byte limit{SPLIT}")
         data = os.read(fd, MAX_FILE_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > MAX_FILE_BYTES:
-        raise OSError(f"over the {MAX_FILE_BYTES}-byte limit")
+        raise OSError(f"over the {MAX_FILE_BYTES}-byte limit{SPLIT}")
     return data

@@ -75,6 +75,8 @@ class LoadResult:
     # Names declared by documents that failed validation (or duplicates): leave them be.
     # Each message names its file as the user does (``error``): it becomes the record's.
     invalid_names: dict[str, str] = field(default_factory=dict)
+    # Where each name was first declared (``file:line`` of its metadata.name), valid or not.
+    declared: dict[str, str] = field(default_factory=dict)
     # Of those, the nodeSelector each states where it can be read: a broken manifest for
     # other nodes is no record here (the error is still an error).
     invalid_selectors: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -182,7 +184,9 @@ def _validation_errors(
                 file, bounded.line_for(lines, loc), bounded.field_path(loc), message, name
             )
         )
-    return out
+    # In the file's order, as a reader goes down it (pydantic's is the model's fields':
+    # line 12, 13, 9, 8...); the first, which status shows, is the topmost.
+    return sorted(out, key=lambda error: error.line or 0)
 
 
 def _written_in(text: str, lines: dict[Path_, int]) -> Written:
@@ -317,6 +321,16 @@ def load_file(
     result.documents += len(values)
     for value, lines, line in values:
         _load_document(value, lines, line, file, result, text)
+        _note_declared(result, value, lines, file)
+
+
+def _note_declared(result: LoadResult, value: Any, lines: dict[Path_, int], file: str) -> None:
+    """Where a name was first declared, valid or not: a later duplicate names that line."""
+    meta = value.get("metadata") if isinstance(value, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if isinstance(name, str) and is_dns1123(name):
+        at = bounded.line_for(lines, ("metadata", "name"))
+        result.declared.setdefault(name, f"{result.named(file)}:{at}")
 
 
 def _parse(text: str, file: str, result: LoadResult) -> list[Document] | None:
@@ -397,8 +411,9 @@ def _load_document(
             if selector:
                 result.invalid_selectors.setdefault(name, selector)
         return
-    lossy = _number_not_as_written(value, lines, text)
-    if lossy is not None:  # `MODE: 0755` reached the engine as "493": refused, not guessed
+    # `MODE: 0755` reached the engine as "493", `"-ngl 99"` as one word: refused, not guessed
+    lossy = _number_not_as_written(value, lines, text) or _glued_flag(deployment.spec)
+    if lossy is not None:
         _invalid(result, deployment, file, lines, *lossy)
         return
     problem = _recipe_problem(deployment)
@@ -456,6 +471,16 @@ def _load_document(
             field_lines=lines,
         ),
     )
+
+
+def _glued_flag(spec: DeploymentSpec) -> tuple[Loc, str] | None:
+    """An argv item of args (or command, past its program) that is a flag and its value."""
+    for name, items in (("command", (spec.command or ())[1:]), ("args", spec.args)):
+        glued = hints.glued_flag(items)
+        if glued is not None:
+            index, why = glued
+            return ("spec", name, index + (name == "command")), why
+    return None
 
 
 def _invalid(
@@ -584,15 +609,21 @@ def _add(result: LoadResult, entry: Entry) -> None:
         first = _selected_with(result, first, entry)
         if first is None:
             return
-    where = f"{result.named(first.source)}:{first.line}" if first else "an invalid document"
+    # Each says the line of metadata.name, not the document's first (`# comment`, apiVersion)
+    named_at = ("metadata", "name")
+    where = result.declared.get(name, "an invalid document")
+    if first is not None:
+        where = f"{result.named(first.source)}:{first.line_at(named_at)}"
     message = f"duplicate deployment name {name!r}: also declared in {where}"
-    error = ManifestError(entry.source, entry.line, "metadata.name", message, name)
+    at = entry.line_at(named_at)
+    error = ManifestError(entry.source, at, "metadata.name", message, name)
     result.errors.append(error)
     if first is not None:
         result.entries.pop(name, None)
-        also = f"{result.named(entry.source)}:{entry.line}"
+        also = f"{result.named(entry.source)}:{at}"
         other = f"duplicate deployment name {name!r}: also declared in {also}"
-        result.errors.append(ManifestError(first.source, first.line, "metadata.name", other, name))
+        first_at = first.line_at(named_at)
+        result.errors.append(ManifestError(first.source, first_at, "metadata.name", other, name))
     result.invalid_names[name] = str(result.error(error))  # where, as every invalid one says
 
 

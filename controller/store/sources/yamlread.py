@@ -19,6 +19,7 @@ from yaml.resolver import Resolver
 # parse cache never imports yaml); re-exported here for the node config reader.
 from controller.core.manifest import excerpt
 from controller.store.sources.bounded import MAX_FILE_BYTES as MAX_FILE_BYTES
+from controller.store.sources.bounded import SPLIT
 from controller.store.sources.bounded import Document as Document
 from controller.store.sources.bounded import Path_ as Path_
 from controller.store.sources.bounded import field_path as field_path
@@ -70,7 +71,7 @@ class _BoundedLoader(_Base):
             if self.composed > MAX_NODES or self.depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 if self.composed > MAX_NODES:
-                    raise _at(mark, f"more than {MAX_NODES} YAML nodes")
+                    raise _at(mark, f"more than {MAX_NODES} YAML nodes{SPLIT}")
                 raise _at(mark, f"nested deeper than {MAX_DEPTH} levels")
             return super().compose_node(parent, index)
         finally:
@@ -111,9 +112,10 @@ class _Converter:
 
     def _mapping(self, node: yaml.MappingNode, path: Path_, depth: int) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
+        seen: dict[str, int] = {}  # each key's line, for a duplicate's message
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
-                raise _fail(key_node, "merge keys ('<<') are not supported in manifests")
+                raise _fail(key_node, MERGE_KEYS)
             key = self.convert(key_node, path, depth + 1)
             if isinstance(key, bool):  # YAML 1.1: a bare on/off/yes/no is a boolean
                 raise _fail(
@@ -124,12 +126,30 @@ class _Converter:
             if not isinstance(key, str):
                 raise _fail(key_node, f"mapping key {key!r} must be a string")
             if key in out:
-                raise _fail(key_node, f"duplicate key {key!r}")
+                raise _fail(key_node, _duplicate(key, seen[key], path))
+            seen[key] = key_node.start_mark.line + 1
             # A field's line is its key's: a block mapping or list under it starts on
             # the next line, which `export` named for `spec.autoscale` (one line low).
             self.lines.setdefault((*path, key), key_node.start_mark.line + 1)
             out[key] = self.convert(value_node, (*path, key), depth + 1)
         return out
+
+
+# kubectl's YAML merges `<<: *defaults`; here each manifest says every field it means, so
+# a diff, `plan` and an error's line show the field where it is written.
+MERGE_KEYS = (
+    "merge keys ('<<') are not supported in manifests: write the fields out in full where"
+    " the '<<' is"
+)
+
+
+def _duplicate(key: str, first: int, path: Path_) -> str:
+    """kubectl's 'mapping key "port" already defined at line 8', with the move."""
+    where = f"in {field_path(path)}" if path else "at the top"
+    return (
+        f"duplicate key {key!r}: already written on line {first} {where}, and YAML takes a"
+        " key once: keep the one meant"
+    )
 
 
 def _unreadable_scalar(node: yaml.Node, exc: ValueError) -> str:

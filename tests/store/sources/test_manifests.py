@@ -80,7 +80,8 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
         ),
         pytest.param(
             GOOD.format(name="a") + "  port: 1\n  port: 2\n",
-            "bad.yaml:9: invalid YAML: duplicate key 'port'",
+            "bad.yaml:9: invalid YAML: duplicate key 'port': already written on line 8 in spec, "
+            "and YAML takes a key once: keep the one meant",
             id="duplicate-key",
         ),
         pytest.param(
@@ -102,8 +103,16 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
         ),
         pytest.param(
             "base: &b {engine: command}\nspec:\n  <<: *b\n",
-            "bad.yaml:3: invalid YAML: merge keys",
+            "bad.yaml:3: invalid YAML: merge keys ('<<') are not supported in manifests: write "
+            "the fields out in full where the '<<' is",
             id="merge-keys-refused",
+        ),
+        pytest.param(
+            GOOD.format(name="a" * 70),
+            "bad.yaml:4: metadata.name: name of 70 characters: a DNS-1123 label has at most 63 "
+            "(lower-case letters, digits and '-'): shorten it; spec.aliases gives the gateway "
+            "longer model names",
+            id="a-name-too-long",
         ),
         pytest.param(
             GOOD.format(name="Bad_Name"),
@@ -116,8 +125,13 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
                 f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n"
                 for p, c in zip("abcdef", "bcdefg", strict=True)
             ),
-            "more than 20000 YAML nodes",
+            "more than 20000 YAML nodes (alias expansion?)",
             id="billion-laughs-bounded",
+        ),
+        pytest.param(
+            "---\n".join(GOOD.format(name=f"a{i}") for i in range(2500)),
+            "more than 20000 YAML nodes of a file: split its documents into several files",
+            id="a-file-of-thousands-of-manifests",
         ),
         pytest.param("[" * 200 + "]" * 200, "nested deeper than", id="deep-nesting-bounded"),
         pytest.param("{1: 2}\n", "mapping key 1 must be a string", id="non-string-key"),
@@ -188,14 +202,14 @@ def test_duplicate_names_across_files_are_both_reported(tmp_path: Path) -> None:
     assert "web" not in result.entries and "web" in result.invalid_names
     messages = sorted(str(e) for e in result.errors)
     assert len(messages) == 2
-    assert messages[0].startswith(f"{tmp_path / 'a.yaml'}:1: metadata.name: duplicate")
-    assert f"also declared in {tmp_path / 'b.yaml'}:1" in messages[0]
-    assert f"also declared in {tmp_path / 'a.yaml'}:1" in messages[1]
+    assert messages[0].startswith(f"{tmp_path / 'a.yaml'}:4: metadata.name: duplicate")
+    assert f"also declared in {tmp_path / 'b.yaml'}:4" in messages[0]
+    assert f"also declared in {tmp_path / 'a.yaml'}:4" in messages[1]
     # status' message for the engine left running names the file and field, as others do
     said = result.invalid_names["web"]
-    also = f"also declared in {tmp_path / 'a.yaml'}:1"
+    also = f"also declared in {tmp_path / 'a.yaml'}:4"
     assert (
-        said == f"{tmp_path / 'b.yaml'}:1: metadata.name: duplicate deployment name 'web': {also}"
+        said == f"{tmp_path / 'b.yaml'}:4: metadata.name: duplicate deployment name 'web': {also}"
     )
 
 
@@ -204,6 +218,27 @@ def test_duplicate_of_an_invalid_document(tmp_path: Path) -> None:
     write(tmp_path, "b.yaml", GOOD.format(name="web"))
     result = load([tmp_path])
     assert "web" not in result.entries
+    said = [str(e) for e in result.errors if "metadata.name:" in str(e)]
+    assert said == [
+        f"{tmp_path / 'b.yaml'}:4: metadata.name: duplicate deployment name 'web': also "
+        f"declared in {tmp_path / 'a.yaml'}:4"
+    ]
+
+
+def test_a_name_declared_three_times_names_its_line_each_time(tmp_path: Path) -> None:
+    """Each duplicate points at metadata.name's line, not its document's first (a comment,
+    apiVersion), and a third names the first declaration: it said 'an invalid document'."""
+    write(tmp_path, "a.yaml", "# the web server\n" + GOOD.format(name="web"))
+    second = GOOD.format(name="web").replace("metadata:\n", "metadata:\n  labels: {a: b}\n")
+    write(tmp_path, "b.yaml", second + "---\n" + GOOD.format(name="web"))
+    said = sorted(str(e) for e in load([tmp_path]).errors)
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    message = "metadata.name: duplicate deployment name 'web': also declared in"
+    assert said == [
+        f"{a}:5: {message} {b}:5",
+        f"{b}:13: {message} {a}:5",
+        f"{b}:5: {message} {a}:5",
+    ]
 
 
 def test_duplicates_across_folders(tmp_path: Path) -> None:
@@ -238,7 +273,7 @@ def test_one_file_named_twice_is_read_once(tmp_path: Path, also: str) -> None:
         ("directory", "a folder, not a file: name it its own -f, or rename it"),
         ("fifo", "not a regular file (mode p"),
         ("not-utf8", "not UTF-8 text (byte 0xff at column 1): save the file as UTF-8"),
-        ("too-big", "bytes is over the 1048576-byte limit"),
+        ("too-big", "bytes is over the 1048576-byte limit of a file: split its documents into"),
         ("dangling-link", "nowhere.yaml', which does not exist"),
         ("symlink-loop", "a symlink loop: point the link at a file"),
     ],
@@ -585,6 +620,31 @@ def test_a_number_the_engine_would_get_other_than_written_is_refused(
             id="env-as-docker-list",
         ),
         pytest.param(
+            "  env:\n    - name: HF_TOKEN\n      value: hf_Secret0123456789\n"
+            "    - {name: MODE, value: fast}\n",
+            "spec.env: Input should be a valid dictionary: a mapping NAME: value, not "
+            "Kubernetes' list of name/value items: write env: "
+            '{HF_TOKEN: "<redacted>", MODE: "fast"}',
+            id="env-as-kubernetes-list",
+        ),
+        pytest.param(
+            "  env: {HF_TOKEN: {value: hf_Secret0123456789}}\n",
+            "spec.env.HF_TOKEN: Input should be a valid string: Kubernetes' {value: ...} "
+            "shape: write HF_TOKEN: VALUE, the value alone",
+            id="env-value-as-kubernetes-mapping",
+        ),
+        pytest.param(
+            "  env:\n    - name: HF_TOKEN\n      valueFrom: {secretKeyRef: {name: hf, key: t}}\n",
+            "spec.env: Input should be a valid dictionary: Kubernetes' valueFrom (a Secret, a "
+            "ConfigMap) is not read here: put the value in a file spec.envFrom reads",
+            id="env-value-from-a-kubernetes-secret",
+        ),
+        pytest.param(
+            "  env: [HF_TOKEN=hf_Secret0123456789, HF_HOME=/data/hf]\n",
+            'write env: {HF_TOKEN: "<redacted>", HF_HOME: "/data/hf"}',
+            id="env-as-docker-list-with-a-secret",
+        ),
+        pytest.param(
             "  devices: 1\n",
             "spec.devices: Input should be a mapping of fields, not int: write devices: {count: 1}",
             id="devices-as-a-count",
@@ -686,6 +746,7 @@ def test_a_wrong_shape_says_what_to_write(tmp_path: Path, extra: str, expected: 
     message = only_error(load([tmp_path]))
     assert expected in message, message
     assert message.startswith(f"{tmp_path / 'bad.yaml'}:8: "), message
+    assert "Secret0123456789" not in message  # a token written inline is never echoed
 
 
 @pytest.mark.parametrize(
@@ -808,3 +869,61 @@ def test_a_folder_with_no_manifest_names_itself_and_what_it_passed_over(tmp_path
         f"no manifest in {tmp_path / 'm'} (ignored README.md, notes.txt: manifests are .yaml "
         "or .yml files; no document in web.yaml: blank or only comments)"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        pytest.param(
+            '  args: [--ctx-size, "4096", "-ngl 99"]\n',
+            "spec.args: a flag and its value in one item (a space between them): no shell "
+            "splits it, so the engine would get it whole and refuse it; write two items: "
+            '[-ngl, "99"]',
+            id="args",
+        ),
+        pytest.param(
+            '  args: ["--api-key sk-Secret0123456789"]\n',
+            'write two items: [--api-key, "<redacted>"]',
+            id="a-secret-flag",
+        ),
+    ],
+)
+def test_a_flag_and_its_value_in_one_argv_item_is_refused_on_its_line(
+    tmp_path: Path, argv: str, expected: str
+) -> None:
+    """`"--ctx-size 4096"` reached the engine as one word (no shell splits it), which it
+    refused at its start; `"--port 9000"` so written passed the recipe's own-flags check."""
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + argv)
+    message = only_error(load([tmp_path]))
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}:8: "), message
+    assert expected in message and "Secret0123456789" not in message, message
+
+
+def test_a_flag_and_its_value_in_one_command_item_is_refused(tmp_path: Path) -> None:
+    body = GOOD.format(name="a").replace('"{port}"]', '"{port}", "--threads 4"]')
+    write(tmp_path, "bad.yaml", body)
+    message = only_error(load([tmp_path]))
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}:7: spec.command: a flag and its"), message
+    assert 'write two items: [--threads, "4"]' in message, message
+
+
+def test_an_item_after_a_flag_may_be_its_value_with_spaces(tmp_path: Path) -> None:
+    """`--extra-args "-x 1"`: the item may be the flag's value, so it is left be; so is a
+    flag=value whose value has a space, and command's program (a path may have one)."""
+    body = GOOD.format(name="a").replace("[serve,", '["-my serve",')
+    write(tmp_path, "ok.yaml", body + '  args: [--extra-args, "-x 1", "--title=a b"]\n')
+    result = load([tmp_path])
+    assert not result.errors and "a" in result.entries, [str(e) for e in result.errors]
+
+
+def test_a_documents_errors_come_in_the_files_order(tmp_path: Path) -> None:
+    """pydantic reports by the model's fields (args, env, then devices, port): validate
+    listed lines 12, 13, 9, 8; a reader goes down the file, and status shows the first."""
+    body = GOOD.format(name="a") + (
+        "  port: abc\n  devices: {count: two}\n  args: --ctx-size 4096\n  env: {B: true}\n"
+    )
+    write(tmp_path, "bad.yaml", body)
+    result = load([tmp_path])
+    lines = [error.line for error in result.errors]
+    assert lines == [8, 9, 10, 11], [str(e) for e in result.errors]
+    assert result.invalid_names["a"].startswith(f"{tmp_path / 'bad.yaml'}:8: spec.port:")
