@@ -260,8 +260,9 @@ CASES = [
             observed(running(a40, "nvidia:0"), running(b40, "nvidia:0")),
             inv=ONE_80,
         ),
-        # b's file (the one every entry here names) is still there: removed from it
-        ((Stop, "b", "removed from"), (Hold, "high", "no capacity")),
+        # b's file (the one every entry here names) is still there: removed from it; high
+        # waits for that stop, which makes its room (not "no capacity": nothing needs you)
+        ((Stop, "b", "removed from"), (Hold, "high", "waiting for b to stop, which makes room")),
         id="room-freed-this-round-preempts-nobody",
     ),
     pytest.param(
