@@ -161,6 +161,18 @@ def test_the_page_sends_an_operators_headers_and_refuses_another_sites_post(
         assert said["x-content-type-options"] == "nosniff", (path, said)
         assert said["cache-control"] == "no-store", (path, said)
         assert "strict-transport-security" not in said, (path, said)  # plain HTTP: none
+    # Its refusals too: a 401, a 404 and a 400 of the page's API.
+    refusals = [
+        ("GET", "/ui/api/state", 401),
+        ("GET", f"/ui/api/logs/nothing?token={token}", 404),
+        ("POST", f"/ui/api/restart?token={token}", 400),
+    ]
+    for method, path, status in refusals:
+        answer = g.request(method, path, b"[]", JSON)
+        assert answer.status == status, (path, answer)
+        said = {k.lower(): v for k, v in answer.headers.items()}
+        assert said.get("x-content-type-options") == "nosniff", (path, said)
+        assert said.get("cache-control") == "no-store", (path, said)
     drain = f"/ui/api/drain?token={token}"
     # A browser's word that another site sent it, with no Origin: refused all the same.
     for site in ("cross-site", "same-site"):

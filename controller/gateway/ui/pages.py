@@ -142,11 +142,13 @@ class Page:
         try:
             path = store.log_path(check_name(name))
         except ValueError:
-            return error(400, f"not a deployment or instance name: {name!r}", "invalid_request")
+            return self._error(
+                400, f"not a deployment or instance name: {name!r}", "invalid_request"
+            )
         if not await self._read(lambda: path.exists() or store.path(name).exists()):
             # no record and no log (`down` keeps logs): a 200 with no lines read as an
             # engine that said nothing
-            return error(404, f"no deployment or instance named {name!r}", "not_found")
+            return self._error(404, f"no deployment or instance named {name!r}", "not_found")
         lines = await self._read(lambda: _tail(path, LOG_LINES))
         return json_response({"name": name, "lines": lines}, headers=self.headers)
 
@@ -163,16 +165,18 @@ class Page:
             return key
         refused = _foreign_post(request)
         if refused is not None:
-            return error(403, refused, "forbidden")
+            return self._error(403, refused, "forbidden")
         try:
             body = json.loads(await request.read() or b"{}")
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            return error(400, "the body must be a JSON object", "invalid_request")
+            return self._error(400, "the body must be a JSON object", "invalid_request")
         name = body.get("name", "")
         if not isinstance(name, str):  # `{"name": 5}` was "no deployment named '5'", a 404
-            return error(400, "`name` must be a deployment's name, a string", "invalid_request")
+            return self._error(
+                400, "`name` must be a deployment's name, a string", "invalid_request"
+            )
         asked = actions.Asked(
             action=request.match_info["action"],
             name=name,
@@ -182,16 +186,23 @@ class Page:
         try:
             said = await self._read(lambda: self._run(asked))
         except actions.Refused as exc:
-            return error(exc.status, str(exc), "invalid_request")
+            return self._error(exc.status, str(exc), "invalid_request")
         except (OSError, ValueError) as exc:
             log.error("web page action failed", action=asked.action, error=str(exc))
-            return error(500, f"{asked.action} failed: {exc}", "internal_error")
+            return self._error(500, f"{asked.action} failed: {exc}", "internal_error")
         log.info("web page action", action=asked.action, deployment=asked.name, key=key)
         self.request_pass()  # the daemon acts on it now, not at its next resync
         return json_response({"message": said}, headers=self.headers)
 
     def _run(self, asked: actions.Asked) -> str:
         return actions.run(self.settings.state_dir, self.reader.records(), asked)
+
+    def _error(self, status: int, message: str, code: str) -> Response:
+        """An error of the page's API, with the page's headers (never cached, never
+        sniffed as HTML: a scanner flags an answer without them)."""
+        answer = error(status, message, code)
+        answer.headers.update(self.headers)
+        return answer
 
     # -- who asks ------------------------------------------------------------------------
 
@@ -202,7 +213,7 @@ class Page:
         if keys is None:
             if self.token.accepts(request.query.get(QUERY) or given):
                 return "-"
-            return error(
+            return self._error(
                 401,
                 "this page wants the node's access token: open the URL `reconcile ui` "
                 "prints (run it as the state dir's owner), or send `Authorization: Bearer "
@@ -211,7 +222,7 @@ class Page:
             )
         found = keys.match(given)
         if found is None:
-            return error(
+            return self._error(
                 401,
                 "missing or invalid API key: sign in on the page, or send "
                 "`Authorization: Bearer <key>`",
