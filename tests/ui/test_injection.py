@@ -51,8 +51,10 @@ def test_markup_from_manifests_engines_and_clients_shows_as_text(
     shown = page.run("return document.body.innerText;")
     for text in (MODEL, ALIAS, REASON):
         assert text in shown, (text, shown)
-    requests = page.run("return document.querySelector('#requests tbody').textContent;")
-    assert MODEL in requests and ALIAS in requests, requests
+    requests = "return document.querySelector('#requests tbody').textContent;"
+    page.wait(  # the request log is written beside the answer, not before it
+        lambda: MODEL in (seen := page.run(requests)) and ALIAS in seen, "the request log"
+    )
     assert page.run(INJECTED) == 0, page.driver.page_source
     assert page.run("return window.pwned === undefined;")
     assert page.console_errors() == []  # a CSP refusal of an inline handler logs one

@@ -102,8 +102,12 @@ def test_the_buttons_act_behind_nginx_that_sends_host_localhost(
         assert status == "opaque", (kind, status)  # sent, its answer hidden from the site
     assert not (reconcile.state / "drain.json").exists()
     assert "drain" not in [e["action"] for e in reconcile.events("web")]
-    access = _text(reconcile.tmp / "nginx-access.log")
-    assert access.count("POST /ui/api/drain") == 2, access  # both reached the gateway
+    # Both reached the gateway (nginx logs a request once it has answered it).
+    reconcile.wait_for(
+        lambda: _text(reconcile.tmp / "nginx-access.log").count("POST /ui/api/drain") == 2,
+        timeout=WAIT,
+        what="both posts in nginx's access log",
+    )
     page.open("about:blank")
     assert token not in page.driver.page_source
     g.finish()
