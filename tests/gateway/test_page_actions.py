@@ -143,3 +143,47 @@ def test_an_action_with_no_deployment_name_is_a_400_saying_so(reconcile: Any, ga
     assert nosuch.status == 404, nosuch  # a name nothing knows stays a 404
     _still_running(reconcile, pid)
     g.finish()
+
+
+def test_the_page_sends_an_operators_headers_and_refuses_another_sites_post(
+    reconcile: Any, gateway: Any
+) -> None:
+    reconcile.write("web")
+    g = gateway()
+    g.wait_phase("web", "Ready")
+    token = accesstoken.read(reconcile.state)
+    for path in ("/ui", "/ui/app.js", f"/ui/api/state?token={token}"):
+        answer = g.request("GET", path)
+        assert answer.status == 200, (path, answer)
+        said = {k.lower(): v for k, v in answer.headers.items()}
+        assert said["x-frame-options"] == "DENY", (path, said)
+        assert "frame-ancestors 'none'" in said["content-security-policy"], (path, said)
+        assert said["x-content-type-options"] == "nosniff", (path, said)
+        assert said["cache-control"] == "no-store", (path, said)
+        assert "strict-transport-security" not in said, (path, said)  # plain HTTP: none
+    # Its refusals too: a 401, a 404 and a 400 of the page's API.
+    refusals = [
+        ("GET", "/ui/api/state", 401),
+        ("GET", f"/ui/api/logs/nothing?token={token}", 404),
+        ("POST", f"/ui/api/restart?token={token}", 400),
+    ]
+    for method, path, status in refusals:
+        answer = g.request(method, path, b"[]", JSON)
+        assert answer.status == status, (path, answer)
+        said = {k.lower(): v for k, v in answer.headers.items()}
+        assert said.get("x-content-type-options") == "nosniff", (path, said)
+        assert said.get("cache-control") == "no-store", (path, said)
+    drain = f"/ui/api/drain?token={token}"
+    # A browser's word that another site sent it, with no Origin: refused all the same.
+    for site in ("cross-site", "same-site"):
+        answer = g.request("POST", drain, b"{}", {**JSON, "Sec-Fetch-Site": site})
+        assert answer.status == 403, (site, answer)
+        assert f"Sec-Fetch-Site: {site}" in answer.json()["error"]["message"], answer
+    assert not (reconcile.state / "drain.json").exists()
+    # The page's own call behind a proxy that sends its own Host: Origin differs, the
+    # browser says same-origin, and that is what counts.
+    own = {**JSON, "Origin": "https://gpu.example.org", "Sec-Fetch-Site": "same-origin"}
+    answer = g.request("POST", drain, b"{}", {**own, "Host": "localhost"})
+    assert answer.status == 200, answer
+    assert (reconcile.state / "drain.json").exists()
+    g.finish()

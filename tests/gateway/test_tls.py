@@ -277,6 +277,16 @@ def test_openai_client_page_ui_url_and_refusals_over_tls(
         assert status == 200 and b"<html" in body.lower(), body[:300]
         status, body, _ = _https(g.port, pki.client(), "GET", "/ui/api/state")
         assert status == 200, body[:300]
+        # Over HTTPS the page tells the browser to come back over it only (HSTS).
+        conn = http.client.HTTPSConnection("127.0.0.1", g.port, timeout=WAIT, context=pki.client())
+        try:
+            conn.request("GET", "/ui")
+            page = conn.getresponse()
+            page.read()
+        finally:
+            conn.close()
+        hsts = page.getheader("Strict-Transport-Security")
+        assert hsts == "max-age=31536000", page.getheaders()
         assert '"tls": true' in g.text()  # the gateway's own lines go to the daemon's stderr
         _plain_http_and_tls_1_1_are_refused(g, pki, cert, key)
     finally:
