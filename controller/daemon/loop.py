@@ -725,7 +725,9 @@ class Daemon:
         began)."""
         self.timers.cancel_prefix("record:")
         now_wall = datetime.now(UTC)
-        demand = activation.read_all(self.config.state_dir)
+        # Peeked: only a pass sets a file aside (documents.py), and this runs outside the
+        # pass lock; a torn file is a request at its mtime either way.
+        demand = activation.read_all(self.config.state_dir, peek=True)
         for rec in records:
             due = _next_due(rec, now_wall) or _idle_due(rec, demand, *began)
             if due is not None:

@@ -21,6 +21,7 @@ not one, ``OtherVersion`` for one it cannot read yet.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -90,6 +91,43 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         raise
     failpoints.hit("records.write.before_dir_fsync")
     fsync_dir(path.parent)
+
+
+# A file system without hard links (some FUSE, vfat): write_new cannot link its tmp file in.
+NO_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
+
+
+def write_new(path: Path, data: bytes, mode: int = 0o600) -> bool:
+    """``write_atomic`` only where no file is; False (nothing written) where a writer put one
+    first. The tmp file is linked in, not renamed: a link never replaces, so a value made
+    from what a reader saw (a torn activation's write-back) never lands over a newer write
+    that came meanwhile (the gateway's request). Where links are refused, a check then a
+    rename: that window open again, and only there."""
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.{os.getpid()}.tmp")
+    try:
+        _write_once_more_when_full(tmp, path, data, mode)
+    except OSError as exc:
+        raise _naming(exc, path) from exc
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in NO_LINKS:
+            raise _naming(exc, path) from exc
+        if path.exists():
+            return False
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    fsync_dir(path.parent)
+    return True
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path``, the file meant (an error on a descriptor names none)."""
+    return exc if exc.errno is None else type(exc)(exc.errno, exc.strerror, str(path))
 
 
 def _write_once_more_when_full(tmp: Path, path: Path, data: bytes, mode: int) -> None:
@@ -325,6 +363,12 @@ class Folder(Generic[T]):
         path = self.path(name)
         sidefiles.folder_for_write(self.folder)
         write_json(path, self.encode(value))
+
+    def write_new(self, name: str, value: T) -> bool:
+        """``write`` only where no file is (:func:`write_new`): False where one was put."""
+        path = self.path(name)
+        sidefiles.folder_for_write(self.folder)
+        return write_new(path, json.dumps(self.encode(value)).encode())
 
     def read(self, name: str) -> T | None:
         return read_document(self.state, self.path(name), functools.partial(self._decode, name))

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from datetime import UTC, datetime
 from typing import Any
 
+from conftest import CLI_TIMEOUT
+from procs import wait_for
+
 from controller.core.state import Activation
+from controller.failpoints import ENV as FAILPOINTS
+from controller.host import bootclock
 from controller.store.side import activation
 
 
@@ -35,4 +42,44 @@ def test_a_torn_activation_keeps_its_engine_as_of_the_files_last_write(reconcile
     assert abs(at - written) < 1.0, (kept, written)
     reconcile.once()
     assert reconcile.record("od")["ref"]["pid"] == pid
+    reconcile.down()
+
+
+def _frozen(pid: int) -> bool:
+    """The process is stopped (SIGSTOP: a failpoint's ``stop``), ``T`` in /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0] == "T"
+
+
+def test_a_request_written_while_a_pass_writes_a_torn_activation_back_is_kept(
+    reconcile: Any,
+) -> None:
+    """The pass sets the torn file aside, then writes back a request at its mtime (an hour
+    ago here). A request the gateway wrote between the two (in flight, now) was replaced
+    by that hour-old one, and the same pass parked the Ready engine under it. The pass is
+    held at its write-back (a failpoint's stop) while the gateway writes: the write-back
+    lands only where no file is now, so the request's write is what the pass reads."""
+    reconcile.write("od", activation="OnDemand", idleTimeout=60)
+    activation.write(reconcile.state, "od", Activation(datetime.now(UTC), inflight=1))
+    reconcile.converge()
+    pid = reconcile.record("od")["ref"]["pid"]
+    torn = reconcile.state / "activation" / "od.json"
+    torn.write_text('{"last_request_at": "2026-')
+    hour_ago = time.time() - 3600
+    os.utime(torn, (hour_ago, hour_ago))
+    log = reconcile.tmp / "held-pass.log"
+    with open(log, "wb") as err:
+        env = {**reconcile.env, FAILPOINTS: "activation.write_back.before=stop"}
+        held = reconcile.daemon("--once", env=env, stderr=err)
+        wait_for(lambda: _frozen(held.pid), CLI_TIMEOUT, "the pass held at its write-back")
+        assert not torn.exists()  # set aside: the gateway's write makes a new file
+        request = Activation(datetime.now(UTC), inflight=1, boot=bootclock.read())
+        activation.write(reconcile.state, "od", request)  # as the gateway writes it
+        held.send_signal(signal.SIGCONT)
+        code = held.wait(timeout=CLI_TIMEOUT)
+    out = log.read_text()
+    assert code == 0, out
+    assert "state file quarantined" in out and "park" not in out, out
+    assert activation.read_all(reconcile.state, peek=True)["od"] == request, torn.read_text()
+    assert reconcile.record("od")["ref"]["pid"] == pid and reconcile.alive(pid)
     reconcile.down()

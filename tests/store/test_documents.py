@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from controller.core.devicefaults import Measured
+from controller.store.documents import write_new
 from controller.store.side import measured, scale
 from controller.store.statedir import StateDir
 
@@ -144,6 +145,18 @@ def test_a_locked_update_loses_no_writers_change(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert sorted(measured.read(tmp_path)) == [f"sha256:{i}" for i in range(8)]
+
+
+def test_a_write_where_none_is_never_replaces_a_file_put_there(tmp_path: Path) -> None:
+    """``write_new`` (a torn activation's write-back) leaves a file another writer made
+    first as it is, says so, and leaves no tmp file; where none is, it writes it whole."""
+    path = tmp_path / "od.json"
+    assert write_new(path, b'{"by": "pass"}') is True
+    assert json.loads(path.read_text()) == {"by": "pass"}
+    path.write_text('{"by": "gateway"}')
+    assert write_new(path, b'{"by": "pass, later"}') is False
+    assert json.loads(path.read_text()) == {"by": "gateway"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["od.json"]
 
 
 def test_the_pass_goes_on_over_torn_documents(reconcile: Any) -> None:

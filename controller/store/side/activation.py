@@ -7,6 +7,8 @@ ages past the deployment's ``idleTimeout``: nothing leaks. A torn or foreign fil
 quarantined (``documents.py``) and counts as a request at its own mtime: the gateway
 writes it at each request (and while requests are in flight), so that is when demand was
 last seen. Read as no demand, it parked a Ready engine with a request in flight at once.
+It is written back only where no file is: the gateway takes no pass lock, and its write of
+a request between the set-aside and the write-back is the newer one.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from controller import failpoints
 from controller.core.state import Activation
 from controller.store import bootstamp
 from controller.store.documents import Folder
@@ -60,10 +63,23 @@ def read_all(state_dir: Path, *, peek: bool = False) -> dict[str, Activation]:
         if at is None:
             continue  # gone meanwhile (forgotten by a pass): no demand
         out[name] = Activation(last_request_at=at)
-        if not peek and not seen[name].exists():  # set aside: kept for the next pass
-            with contextlib.suppress(OSError):
-                folder.write(name, out[name])
+        if not peek:  # set aside: kept for the next pass
+            _write_back(folder, name, out)
     return out
+
+
+def _write_back(folder: Folder[Activation], name: str, out: dict[str, Activation]) -> None:
+    """The torn file's request written where it was, unless a writer put a file there
+    since: the gateway writes at each request, whatever the pass lock (a check then a
+    write replaced a request in flight by the hour-old mtime, and the pass parked its
+    engine). That newer file is what the pass goes on with."""
+    failpoints.hit("activation.write_back.before")
+    with contextlib.suppress(OSError):
+        if folder.write_new(name, out[name]):
+            return
+    newer = folder.read(name)
+    if newer is not None:
+        out[name] = newer
 
 
 def _written_at(path: Path, peek: bool, aside: Path) -> datetime | None:
