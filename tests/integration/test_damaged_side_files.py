@@ -51,19 +51,12 @@ def _frozen(pid: int) -> bool:
         return stat.read().rpartition(")")[2].split()[0] == "T"
 
 
-def test_a_request_written_while_a_pass_writes_a_torn_activation_back_is_kept(
-    reconcile: Any,
-) -> None:
-    """The pass sets the torn file aside, then writes back a request at its mtime (an hour
-    ago here). A request the gateway wrote between the two (in flight, now) was replaced
-    by that hour-old one, and the same pass parked the Ready engine under it. The pass is
-    held at its write-back (a failpoint's stop) while the gateway writes: the write-back
-    lands only where no file is now, so the request's write is what the pass reads."""
-    reconcile.write("od", activation="OnDemand", idleTimeout=60)
-    activation.write(reconcile.state, "od", Activation(datetime.now(UTC), inflight=1))
-    reconcile.converge()
-    pid = reconcile.record("od")["ref"]["pid"]
+def _pass_held_while_the_gateway_writes(reconcile: Any) -> tuple[Activation, str]:
+    """``od``'s activation torn an hour ago; a pass (``--once``) held at its write-back (a
+    failpoint's stop) while the gateway writes a request in flight, then let go. The
+    request written, and the pass's log."""
     torn = reconcile.state / "activation" / "od.json"
+    torn.parent.mkdir(mode=0o700, exist_ok=True)  # no request yet: no folder
     torn.write_text('{"last_request_at": "2026-')
     hour_ago = time.time() - 3600
     os.utime(torn, (hour_ago, hour_ago))
@@ -78,8 +71,39 @@ def test_a_request_written_while_a_pass_writes_a_torn_activation_back_is_kept(
         held.send_signal(signal.SIGCONT)
         code = held.wait(timeout=CLI_TIMEOUT)
     out = log.read_text()
-    assert code == 0, out
-    assert "state file quarantined" in out and "park" not in out, out
-    assert activation.read_all(reconcile.state, peek=True)["od"] == request, torn.read_text()
+    assert code == 0 and "state file quarantined" in out, out
+    return request, out
+
+
+def test_a_request_written_while_a_pass_writes_a_torn_activation_back_is_kept(
+    reconcile: Any,
+) -> None:
+    """The pass sets the torn file aside, then writes back a request at its mtime (an hour
+    ago here). A request the gateway wrote between the two (in flight, now) was replaced
+    by that hour-old one, and the same pass parked the Ready engine under it. The
+    write-back lands only where no file is now, so the request's write is what the pass
+    reads."""
+    reconcile.write("od", activation="OnDemand", idleTimeout=60)
+    activation.write(reconcile.state, "od", Activation(datetime.now(UTC), inflight=1))
+    reconcile.converge()
+    pid = reconcile.record("od")["ref"]["pid"]
+    request, out = _pass_held_while_the_gateway_writes(reconcile)
+    assert "park" not in out, out
     assert reconcile.record("od")["ref"]["pid"] == pid and reconcile.alive(pid)
+    assert activation.read_all(reconcile.state, peek=True)["od"] == request
+    reconcile.down()
+
+
+def test_a_request_that_wakes_a_parked_engine_beside_a_torn_activation_wakes_it(
+    reconcile: Any,
+) -> None:
+    """The same race from the other side: the engine parked, the gateway's request to wake
+    it (written, then a pass asked for) was replaced by the hour-old write-back, and the
+    pass it asked for started nothing. That pass starts the engine now."""
+    reconcile.write("od", activation="OnDemand", idleTimeout=60)
+    reconcile.once()
+    assert reconcile.record("od") is None or reconcile.record("od")["phase"] == "Idle"
+    request, out = _pass_held_while_the_gateway_writes(reconcile)
+    assert '"action": "start"' in out, out
+    assert activation.read_all(reconcile.state, peek=True)["od"] == request
     reconcile.down()
