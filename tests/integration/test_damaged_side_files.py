@@ -14,13 +14,16 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from conftest import CLI_TIMEOUT
 from procs import wait_for
 
 from controller.core.state import Activation
 from controller.failpoints import ENV as FAILPOINTS
 from controller.host import bootclock
 from controller.store.side import activation
+
+# A CLI call's bound, as tests/conftest.py's CLI_TIMEOUT (not imported: `conftest` is
+# whichever folder's conftest was imported last when several folders run together).
+CLI_BOUND = 60.0
 
 
 def test_a_torn_activation_keeps_its_engine_as_of_the_files_last_write(reconcile: Any) -> None:
@@ -64,12 +67,12 @@ def _pass_held_while_the_gateway_writes(reconcile: Any) -> tuple[Activation, str
     with open(log, "wb") as err:
         env = {**reconcile.env, FAILPOINTS: "activation.write_back.before=stop"}
         held = reconcile.daemon("--once", env=env, stderr=err)
-        wait_for(lambda: _frozen(held.pid), CLI_TIMEOUT, "the pass held at its write-back")
+        wait_for(lambda: _frozen(held.pid), CLI_BOUND, "the pass held at its write-back")
         assert not torn.exists()  # set aside: the gateway's write makes a new file
         request = Activation(datetime.now(UTC), inflight=1, boot=bootclock.read())
         activation.write(reconcile.state, "od", request)  # as the gateway writes it
         held.send_signal(signal.SIGCONT)
-        code = held.wait(timeout=CLI_TIMEOUT)
+        code = held.wait(timeout=CLI_BOUND)
     out = log.read_text()
     assert code == 0 and "state file quarantined" in out, out
     return request, out
