@@ -30,11 +30,23 @@ def interrupted(args: argparse.Namespace) -> int:
         left = _terminating(args)
         if left:
             print(_said(left), file=sys.stderr)
+        elif _a_pass(args):  # `--wait` said its own line (render/waiting.py)
+            print(PASS_CUT, file=sys.stderr)
     if _working():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
     return EXIT_INTERRUPTED
+
+
+PASS_CUT = (
+    "reconcile: interrupted: the pass stopped where it was (what it started runs on, with "
+    "its record); the next `reconcile --once` finishes it"
+)
+
+
+def _a_pass(args: argparse.Namespace) -> bool:
+    return args.verb is None and bool(getattr(args, "once", False)) and not args.wait
 
 
 def _working() -> bool:

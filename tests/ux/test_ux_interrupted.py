@@ -82,3 +82,37 @@ def test_ctrl_c_twice_in_down_says_what_it_left_and_the_next_move(
         assert rc.record("slow") is None
     finally:
         release.touch()  # the engine ends now, whatever failed: nothing outlives the test
+
+
+def _stopped(pid: int) -> bool:
+    """The process is frozen (a failpoint's SIGSTOP): its state in /proc is T."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_ctrl_c_mid_pass_says_the_next_once_finishes_it(reconcile: Any) -> None:
+    """`--once` cut by Ctrl-C right after it started an engine exited 130 without a word;
+    it says the pass stopped where it was, and the next `--once` takes the engine up."""
+    rc = reconcile
+    rc.write("web")
+    env = {**rc.env, "RECONCILE_FAILPOINTS": "executor.spawn.after_record=stop"}
+    cut = rc.popen("--once", stderr=subprocess.PIPE, env=env, preexec_fn=_default_sigint)
+    try:
+        rc.wait_for(lambda: _stopped(cut.pid), WAIT, "the pass held after the record")
+        cut.send_signal(signal.SIGINT)  # pending while it is stopped: raised as it goes on
+    finally:
+        cut.send_signal(signal.SIGCONT)
+    try:
+        _, err = cut.communicate(timeout=WAIT)
+        said = err.decode()
+        assert cut.returncode == 130, said
+        assert "Traceback" not in said and "Exception ignored" not in said, said
+        last = (said.strip().splitlines() or [""])[-1]
+        assert last.startswith("reconcile: interrupted: the pass stopped"), said
+        pid = rc.status("web")["web"]["pid"]
+        os.kill(pid, 0)  # the engine it started runs on, with its record
+        rc.once()  # the next pass finishes it: exit 0, the engine Ready at last
+        rc.converge()
+        assert rc.status("web")["web"]["pid"] == pid  # taken up, not started again
+    finally:
+        rc.down()  # the engine the pass started, whatever failed
