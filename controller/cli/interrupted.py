@@ -18,21 +18,20 @@ from controller.core.manifest.names import base_name
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 
-# The verbs that tear engines down (None: a pass, `--once`, or the daemon's loop).
-_TEARING = (None, "down", "restart")
-
 
 def interrupted(args: argparse.Namespace) -> int:
     """Say which teardowns the Ctrl-C cut, where a tearing verb was cut; 130. A teardown
     still under way (a second Ctrl-C while the first's waited for it) is left to its
     record: the interpreter's exit would join its thread, out its grace period (minutes)."""
-    if getattr(args, "verb", None) in _TEARING:
-        left = _terminating(args)
-        if left:
-            print(_said(left), file=sys.stderr)
-        elif _a_pass(args):  # `--wait` said its own line (render/waiting.py)
-            print(PASS_CUT, file=sys.stderr)
-    if _working():
+    if not _tearing(args):  # a reader, or the daemon (its own stop: daemon/)
+        return EXIT_INTERRUPTED
+    left = _terminating(args)
+    if left:
+        print(_said(left), file=sys.stderr)
+    elif not getattr(args, "wait", False):  # `--wait` said its own line (render/waiting.py)
+        print(PASS_CUT if args.verb is None else f"reconcile: interrupted: {args.verb} stopped"
+              " where it was; `reconcile status` shows what it left", file=sys.stderr)  # fmt: skip
+    if left and _working():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
@@ -45,8 +44,10 @@ PASS_CUT = (
 )
 
 
-def _a_pass(args: argparse.Namespace) -> bool:
-    return args.verb is None and bool(getattr(args, "once", False)) and not args.wait
+def _tearing(args: argparse.Namespace) -> bool:
+    """A verb that tears engines down: `down`, `restart`, or one pass (`--once`)."""
+    verb = getattr(args, "verb", None)
+    return verb in ("down", "restart") or (verb is None and bool(getattr(args, "once", False)))
 
 
 def _working() -> bool:
