@@ -777,7 +777,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_FAIL
     except KeyboardInterrupt:
-        return 130
+        from controller.cli.interrupted import interrupted
+
+        return interrupted(args)
 
 
 def _state_dir_denied(args: argparse.Namespace, exc: OSError) -> str | None:

@@ -1053,9 +1053,20 @@ class Reconciler(Preview):
         """Apply teardowns at once: one slow grace period must not serialise the rest."""
         if not actions:
             return []
-        with ThreadPoolExecutor(max_workers=min(16, len(actions))) as pool:
-            # a list, not any(): any() would stop early and drop a later teardown's error
+        pool = ThreadPoolExecutor(max_workers=min(16, len(actions)))
+        cut = False  # a Ctrl-C: the teardowns under way finish, unless a second one comes
+        try:  # a list, not any(): any() would stop early and drop a later teardown's error
             return list(pool.map(self.executor.apply, actions))
+        except KeyboardInterrupt:
+            cut = True
+            names = ", ".join(sorted({a.name for a in actions}))
+            log.warning("interrupted", detail=f"finishing the teardown under way of {names}"
+                        " (each within its grace period); Ctrl-C again leaves it"
+                        " Terminating, for the next pass to finish")  # fmt: skip
+            pool.shutdown(wait=True)  # a second Ctrl-C raises out of this wait
+            raise
+        finally:  # after a second Ctrl-C, the CLI exits without them (cli/interrupted.py)
+            pool.shutdown(wait=not cut)
 
 
 def one_backend(records: Iterable[Record], backend: str, state_dir: Path) -> None:
