@@ -16,6 +16,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from test_once_metrics import served
+from test_process import gateway_pids, streaming
 
 from controller.gateway.lifecycle import registry
 from controller.store.config import accesstoken
@@ -30,13 +31,17 @@ def figures(url: str) -> dict[str, float]:
     gateway's answer is waited for (handover.TALK_TIMEOUT, 5 s) before its file is read."""
     with urllib.request.urlopen(url, timeout=WAIT) as answer:
         text = answer.read().decode()
-    found = {
+    return {**gauges(text), "served": served(text, "alpha")}
+
+
+def gauges(text: str) -> dict[str, float]:
+    """``reconcile_gateway_up`` and its timestamp in a Prometheus text."""
+    return {
         s.name: s.value
         for f in text_string_to_metric_families(text)
         for s in f.samples
         if s.name in (UP, AT)
     }
-    return {**found, "served": served(text, "alpha")}
 
 
 def stopped(pid: int) -> bool:
@@ -84,3 +89,38 @@ def test_a_stopped_gateway_reads_down_with_its_last_write_not_as_live(
     )
     assert back[AT] > since and back["served"] == 1, back
     g.finish()
+
+
+def test_a_cron_pass_beside_a_stopped_gateway_says_its_series_are_its_files(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A cron pass read the file of a gateway alive but stopped and wrote its last
+    counters as live ones: it asks the gateway now, and says ``reconcile_gateway_up 0``
+    with the file's last write, then 1 once the gateway answers again."""
+    streaming(reconcile, "alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    assert g.post("alpha").status == 200
+    assert g.stop() == 0  # the daemon ends; its gateway serves on (cron takes over)
+    own = reconcile.state / "gateway" / "metrics.prom"
+    reconcile.wait_for(lambda: served(own.read_text(), "alpha") == 1, timeout=WAIT, what="1")
+    prom = reconcile.tmp / "reconcile.prom"
+    pid = g.serving().ref.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        reconcile.wait_for(lambda: stopped(pid), timeout=WAIT, what=f"pid {pid} stopped")
+        since = time.time()
+        reconcile.once("--metrics-file", str(prom))
+        text = prom.read_text()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert served(text, "alpha") == 1, text  # its last counters, said to be its file's
+    down = gauges(text)
+    assert down[UP] == 0 and 0 < down[AT] <= since, (down, since)
+    asked = time.time()
+    reconcile.once("--metrics-file", str(prom))
+    up = gauges(prom.read_text())
+    assert up[UP] == 1 and up[AT] >= round(asked, 3) - 0.001, (up, asked)
+    reconcile.down("--gateway")
+    assert gateway_pids(reconcile) == set()
+    reconcile.down()
