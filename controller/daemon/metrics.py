@@ -45,6 +45,11 @@ LAST_OK = "reconcile_last_successful_pass_timestamp_seconds"
 PASSES = "reconcile_passes_total"
 ACTIONS = "reconcile_actions_total"
 GIT_STATE = "reconcile_git_source_state"  # one series per state of `reconcile source`
+# Whether the gateway's series are live, as Prometheus' `up` and node_exporter's
+# node_textfile_mtime_seconds say of a target and a file: its file outlives a stopped or
+# hung gateway, and flat counters read from it looked like an idle, healthy one.
+GATEWAY_UP = "reconcile_gateway_up"
+GATEWAY_AT = "reconcile_gateway_metrics_timestamp_seconds"
 # every replica (and `@next`) of its deployment, on its node: the series carry their own
 # `instance` (scraped with honor_labels), so without `node` two nodes running one
 # deployment name would be one series in a job that scrapes both
@@ -83,6 +88,12 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {  # name: type, label n
     GIT_STATE: ("gauge", ("state",), "1 for the state the git source is in (reconcile source)."),
     "reconcile_notifications_total": ("counter", ("result",),  # daemon/webhooks.py
         "Notifications this daemon posted, by result."),
+    GATEWAY_UP: ("gauge", (),
+        "1 when the gateway answered this scrape; 0: it did not (stopped, hung, gone) and "
+        "its series are those of its metrics file."),
+    GATEWAY_AT: ("gauge", (),
+        "When the gateway's series were rendered (Unix time): this scrape's when it "
+        "answered, else its metrics file's last write (0: none)."),
 }
 # fmt: on
 
@@ -214,6 +225,13 @@ SOURCES: list[Callable[[], str]] = []
 
 def add_source(text: Callable[[], str]) -> None:
     SOURCES.append(text)
+
+
+def gateway_series(text: str, answered: bool, at: float) -> str:
+    """The gateway's text (``handover.Scraped``'s fields) and the two gauges that say
+    whether it is live: ``GATEWAY_UP`` and ``GATEWAY_AT``."""
+    said = Families(family(GATEWAY_UP, int(answered)), family(GATEWAY_AT, round(at, 3)))
+    return text + render(said)
 
 
 def current() -> str:

@@ -230,9 +230,9 @@ PASSES = WINDOW / RESYNC + 1  # passes in the window at most (one at each end)
 # Before: observed.json rewritten with that time, pass.lock's pid written again and the
 # state dir chmodded 0700, each pass, all three in the top folder.
 WRITES_PER_PASS = 1
-# Not the daemon's pass: the engine's own output, and the gateway's metrics text (its
-# job, counted in its wake-ups).
-NOT_A_PASS = ("instances/logs", "gateway/.metrics.prom.")
+# Not the daemon's pass: the engine's own output, and the gateway's metrics text, written
+# or touched (its job, counted in its wake-ups).
+NOT_A_PASS = ("instances/logs", "gateway/.metrics.prom.", "gateway/metrics.prom")
 
 
 def _written(events: list[tuple[str, str, str]]) -> list[str]:

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.devices.inventory import Device, Inventory
 from controller.core.state import Phase, Record
-from controller.daemon.metrics import BeforeFirstPass, PassFigures, render
+from controller.daemon.metrics import BeforeFirstPass, PassFigures, gateway_series, render
 from controller.daemon.webhooks import Sender
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.gateway.accounting.metrics import GatewayMetrics
@@ -97,6 +97,8 @@ def current(state: Path) -> Shape:
         "before-first-pass": shape(render(BeforeFirstPass())),
         "daemon": shape(_daemon_text()),
         "gateway": shape(_gateway_text()),
+        # whether the gateway's series are live (daemon/metrics.gateway_series)
+        "gateway-up": shape(gateway_series("", False, 1000.0)),
         "notifications": shape(_notifications_text(state)),
     }
 
@@ -127,13 +129,19 @@ def test_a_running_daemon_and_gateway_expose_the_pinned_shape(reconcile: Any, ga
     live = reconcile.wait_for(scraped, what="the gateway's counters in /metrics")
     g.finish()
     golden = json.loads(GOLDEN.read_text())
-    pinned = {**golden["daemon"], **golden["gateway"], **golden["notifications"]}
+    pinned = {
+        **golden["daemon"],
+        **golden["gateway"],
+        **golden["gateway-up"],
+        **golden["notifications"],
+    }
     for name, family in live.items():  # a family with no series yet has its header only
         want = pinned[name]
         assert (family["type"], family["help"]) == (want["type"], want["help"]), name
         for sample, labels in family["samples"].items():
             assert labels == want["samples"][sample], sample
     assert {"reconcile_passes", "reconcile_deployments", "reconcile_gateway_requests"} <= set(live)
+    assert {"reconcile_gateway_up", "reconcile_gateway_metrics_timestamp_seconds"} <= set(live)
     assert {
         "reconcile_gateway_request_seconds",
         "reconcile_gateway_time_to_first_token_seconds",

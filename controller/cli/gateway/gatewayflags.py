@@ -37,9 +37,9 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
     if plain:
         get_logger("reconcile").warning("gateway without TLS", detail=plain)
     if cfg.metrics_file or cfg.metrics_port:
-        from controller.daemon.metrics import add_source
+        from controller.daemon.metrics import add_source, gateway_series
 
-        add_source(gateway.metrics_text)
+        add_source(lambda: gateway_series(*gateway.metrics()))
     return gateway
 
 

@@ -180,13 +180,14 @@ def _with_gateway_series(state_dir: Path) -> None:
     started it and serves on beside cron's passes or a daemon started without
     ``--listen``, writing its figures in the state dir (``gateway/metrics.prom``, every
     half second). Those of a gateway no longer alive are left out (stale counters of a
-    crashed one), looked at each time the metrics are rendered."""
-    from controller.daemon.metrics import add_source
-    from controller.gateway.lifecycle import registry
+    crashed one), looked at each time the metrics are rendered; one alive is asked, as
+    the daemon that runs it asks, so a stopped or hung one says so (``gateway_series``)."""
+    from controller.daemon.metrics import add_source, gateway_series
+    from controller.gateway.lifecycle import handover, registry
 
     def series() -> str:
-        live = registry.current_live(state_dir) is not None
-        return registry.metrics_text(state_dir) if live else ""
+        live = registry.current_live(state_dir)
+        return gateway_series(*handover.scrape(state_dir, live)) if live else ""
 
     add_source(series)
 

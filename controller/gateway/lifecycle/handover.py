@@ -28,8 +28,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
 
 from controller.gateway.lifecycle import registry
 from controller.gateway.routing.table import HANDED_OVER as HANDED_OVER  # its stop's reason
@@ -162,6 +165,26 @@ def ask_metrics(address: str) -> str | None:
         conn.close()
     text = b"".join(chunks).decode(errors="replace")
     return text if text.endswith("\n") else None
+
+
+class Scraped(NamedTuple):
+    """The gateway's metrics for a scrape, and how fresh they are: a stopped or hung
+    gateway's file still holds its last counters, which must not pass for live ones."""
+
+    text: str  # its Prometheus text ("": none)
+    answered: bool  # it answered now; else ``text`` is its file's
+    at: float  # when ``text`` was rendered (Unix time): now, or the file's mtime; 0: none
+
+
+def scrape(state_dir: Path, serving: registry.GatewayInfo | None) -> Scraped:
+    """``serving``'s metrics asked now; its file's when it does not answer within
+    ``TALK_TIMEOUT`` (starting, handing over, stopped, hung) or there is none."""
+    if serving is not None:
+        text = ask_metrics(registry.control_of(state_dir, serving))
+        if text is not None:
+            return Scraped(text, True, time.time())
+    text, at = registry.metrics_file(state_dir)
+    return Scraped(text, False, at)
 
 
 def _connect(conn: socket.socket, address: str) -> None:

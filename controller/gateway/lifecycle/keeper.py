@@ -28,7 +28,8 @@ engines do. The keeper, in the daemon:
   ``logMaxBytes``/``logMaxFiles``) are checked as at start and handed to a new gateway
   that takes the port over (a bad one is refused, the gateway serves on as it was);
   else forwards SIGHUP (the gateway re-reads its key file and TLS pair);
-- ``metrics_text``: the gateway's metrics file, for ``/metrics`` and the textfile;
+- ``metrics``: the gateway's metrics (asked, else its file) and whether it answered, for
+  ``/metrics`` and the textfile;
 - ``stop``: leaves the gateway running (SIGTERM of the daemon stops the daemon only).
 
 Stdlib and watchdog only (the daemon has it for its folders): no HTTP stack here.
@@ -54,7 +55,7 @@ from controller import __version__
 from controller.core.state import Phase
 from controller.errors import ConfigError, LockTimeout
 from controller.gateway.lifecycle import registry
-from controller.gateway.lifecycle.handover import ask_metrics
+from controller.gateway.lifecycle.handover import Scraped, scrape
 from controller.gateway.settings import Settings, said, settings_from_json, settings_to_json
 from controller.logsetup import get_logger
 from controller.store.instances.records import RecordStore
@@ -291,15 +292,11 @@ class Keeper:
         if watched is not None:
             log.info("gateway left running", pid=watched.ref.pid, address=watched.address)
 
-    def metrics_text(self) -> str:
-        """The serving gateway's metrics, asked now; its file (at most half a second old)
-        when it does not answer (starting, handing over)."""
-        current = self._watched
-        if current is not None:
-            text = ask_metrics(registry.control_of(self.state_dir, current))
-            if text is not None:
-                return text
-        return registry.metrics_text(self.state_dir)
+    def metrics(self) -> Scraped:
+        """The serving gateway's metrics, asked now; its file when it does not answer
+        (starting, handing over: at most half a second old; stopped, hung: as old as the
+        ``at`` it comes with) or none is watched."""
+        return scrape(self.state_dir, self._watched)
 
     # -- starting one ---------------------------------------------------------------------
 

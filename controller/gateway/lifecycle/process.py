@@ -405,7 +405,8 @@ class GatewayProcess:
             log.warning("gateway counters not handed down", path=str(path), error=str(exc))
 
     async def _write_metrics(self, last: str) -> str | None:
-        """The metrics text for the daemon's exporter, when it changed (the current
+        """The metrics text for the daemon's exporter, when it changed, else the file
+        touched, so its mtime says when the text was last known current (the current
         gateway alone: a draining one leaves the file to its successor); the text in the
         file, None when it was not written. Rendered on a worker thread (the counters are
         read through snapshots, as the control socket's scrape does): prometheus-client's
@@ -413,12 +414,16 @@ class GatewayProcess:
         wait for."""
         loop = asyncio.get_running_loop()
         text = await loop.run_in_executor(None, self.gateway.metrics_text)
-        if text == last:
-            return last
         current = registry.read_current(self.state_dir)
-        if current is None or current.nonce != self.nonce:
-            return None
+        ours = current is not None and current.nonce == self.nonce
         path = registry.metrics_path(self.state_dir)
+        if text == last:
+            if ours:  # its mtime: when a scrape's fallback was last current
+                with contextlib.suppress(OSError):  # gone: the next change writes it
+                    os.utime(path)
+            return last
+        if not ours:
+            return None
         try:
             await loop.run_in_executor(None, write_atomic, path, text.encode(), 0o600)
         except OSError as exc:

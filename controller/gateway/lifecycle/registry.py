@@ -573,6 +573,18 @@ def metrics_text(state_dir: Path) -> str:
     return text if text.endswith("\n") else ""  # never half a line (writes are atomic)
 
 
+def metrics_file(state_dir: Path) -> tuple[str, float]:
+    """The current gateway's metrics file and when the gateway last wrote or confirmed
+    it (its mtime: a gateway touches it when the text is unchanged); ("", 0) without one."""
+    path = metrics_path(state_dir)
+    try:
+        at = path.stat().st_mtime
+    except OSError:
+        return "", 0.0
+    text = metrics_text(state_dir)
+    return text, at if text else 0.0
+
+
 # -- the sockets: the daemon's wake-up, each gateway's control ---------------------------
 #
 # A socket's path in the state dir is as private as the state dir. A path too long for
