@@ -266,6 +266,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors += _prune_errors(loaded, cfg.allow_empty)
     errors += _stuck(found, observed, cfg.owner, desired.entries.values())
     errors += _unbindable(found, desired.entries, cfg.backend)
+    errors += [f"{c.name}: {c.runs.unrunnable}" for c in found if c.runs and c.runs.unrunnable]
     errors += _unreadable_node_config(cfg)
     errors += _source_failing(cfg)
     errors += _replaced(view.backend, cfg)
@@ -348,9 +349,10 @@ def _stuck(
     found: Iterable[Change], observed: Observed, owner: str, entries: Iterable[Entry]
 ) -> list[str]:
     """What `--once` exits 1 on that no pass changes by itself: this set's deployments the
-    plan leaves Failed or crash-looping, and pulls that keep failing (as `--once` says)."""
+    plan leaves Failed, crash-looping or backing off from a program not exec'd, and pulls
+    that keep failing (as `--once` says)."""
     from controller.reconciler import pulling
-    from controller.reconciler.run import crash_text
+    from controller.reconciler.run import failed_text
 
     ours = [v.record for v in observed.records.values() if v.record.owner == owner]
     left = {c.name for c in found if c.kind == "unchanged"}
@@ -359,7 +361,11 @@ def _stuck(
         for r in ours
         if r.name in left and r.phase is Phase.FAILED
     ]
-    out += [printable(crash_text(r)) for r in ours if r.name in left and r.crash_looping]
+    out += [
+        printable(failed_text(r))
+        for r in ours
+        if r.name in left and (r.crash_looping or r.exec_failed)
+    ]
     stuck = pulling.failing(ours, observed.pulls, pulling.sources_of(entries))
     return out + [printable(why) for why in stuck.values()]
 
