@@ -303,7 +303,8 @@ def progress(rec: Record, probe: str | None, now: datetime, state_dir: Path) -> 
         return f"{elapsed}/{limit}{answer}"
     if rec.phase is Phase.BACKOFF and rec.backoff_until:
         left = max((rec.backoff_until - now).total_seconds(), 0)
-        why = str(rec.last_exit) if rec.last_exit else backoff_cause(rec.message)
+        ended = rec.last_exit if not rec.exec_failed else None  # its words say more than 127
+        why = str(ended) if ended else backoff_cause(rec.message)
         return f"restart in {format_age(left)}" + (f"  ({why})" if why else "")
     if rec.phase is Phase.READY and rec.ready_at and rec.started_at:
         return f"ready after {(rec.ready_at - rec.started_at).total_seconds():.1f}s"

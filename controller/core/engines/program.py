@@ -24,11 +24,9 @@ def no_program(entry: Entry, looked: str | None) -> str:
         loc = ("spec", "engine")
         hint = ": install the engine or set spec.executable"
     hint += f" ({entry.source}:{entry.line_at(loc)})"
-    if looked is not None:
-        hint += f"; {looked}"
     if spec.image is not None and spec.container is None:
         hint += (
             f", or run it in that image: `container: {{image: {spec.image}}}` "
             "(spec.image alone is for `reconcile export`)"
         )
-    return hint
+    return hint if looked is None else f"{hint}; {looked}"

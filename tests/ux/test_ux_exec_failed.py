@@ -1,0 +1,102 @@
+"""An engine whose program could not be exec'd (a typo in `spec.command`, a recipe's binary
+not installed, a file not executable): `plan` said "create" (exit 2), `--once` backed it off
+and exited 0, and the next `plan` said "In sync", so a cron user saw success for an engine
+that never ran. Now `plan` says before any start that the program is not where the engine's
+start looks, `--once` and `plan` exit 1 while its last start could not exec, `--wait` ends
+saying so, and once the program is there the next start runs it and `--once` exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from controller.core.state import VERSION
+
+PROGRAM = "execfail-engine"
+FIELD = "spec.command[0]"  # the field that names the program, the next move's
+
+
+def _install(path: Path, rc: Any) -> None:
+    """A program that runs the demo engine, made executable: what an operator installs."""
+    argv = " ".join(f"'{a}'" for a in rc.demo_command()[:3])
+    path.write_text(f'#!/bin/sh\nexec {argv} --port "$1" --model "$2"\n')
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _searched(rc: Any, bindir: Path) -> None:
+    """Every CLI call of ``rc`` looks for programs in ``bindir`` first (empty until
+    installed): the engine's PATH is reconcile's own."""
+    bindir.mkdir()
+    rc.env["PATH"] = f"{bindir}{os.pathsep}{os.environ['PATH']}"
+
+
+def test_a_program_not_on_path_fails_plan_and_once_until_it_is_installed(reconcile: Any) -> None:
+    rc = reconcile
+    bindir = rc.tmp / "bin"
+    _searched(rc, bindir)
+    rc.write("typo", command=[PROGRAM, "{port}", "{name}"])
+    said = f"cannot exec '{PROGRAM}': No such file or directory: install it or correct {FIELD}"
+    where = f"searched reconcile's own PATH (spec.env's PATH sets another): {bindir}{os.pathsep}"
+    before = rc("plan", check=1)  # before any start: --once would exit 1
+    assert f"typo: a start would fail: {said}" in before.out and where in before.out, before
+    assert rc.record("typo") is None  # plan starts nothing
+
+    once = rc.once(check=1)
+    assert f"error: typo did not start: {said}" in once.err and where in once.err, once
+    record = rc.record("typo")
+    assert record is not None and record["phase"] == "BackOff", record
+    # The previous release reads it: a version-3 record, its last exit's reason a string.
+    assert record["version"] == VERSION and record["last_exit"]["reason"] == "CannotExec"
+    again = rc("plan", check=1)  # not "In sync": the back-off's retry fails the same way
+    assert "In sync" not in again.out and f"typo did not start: {said}" in again.out, again
+    assert rc.once(check=1).code == 1  # and --once again, while it backs off
+
+    _install(bindir / PROGRAM, rc)
+    rc.end_backoff("typo")
+    rc.once(check=0)  # the retry execs it
+    started = rc.status("typo")["typo"]
+    assert started["phase"] in ("Starting", "Ready") and started["last_exit"] is None, started
+    rc.down()
+
+
+def test_a_file_not_executable_fails_plan_and_once_until_it_is_made_so(reconcile: Any) -> None:
+    rc = reconcile
+    engine = rc.tmp / "engine.sh"
+    _install(engine, rc)
+    engine.chmod(0o644)
+    rc.write("noexec", command=[str(engine), "{port}", "{name}"])
+    said = f"cannot exec '{engine}': Permission denied: install it or correct {FIELD}"
+    before = rc("plan", check=1)
+    assert f"noexec: a start would fail: {said}" in before.out, before
+    assert "searched" not in before.out  # a path: exec'd as is, no PATH searched
+    once = rc.once(check=1)
+    assert f"error: noexec did not start: {said}" in once.err, once
+    assert "In sync" not in rc("plan", check=1).out
+
+    engine.chmod(0o755)
+    rc.end_backoff("noexec")
+    rc.once(check=0)
+    assert rc.status("noexec")["noexec"]["phase"] in ("Starting", "Ready")
+    rc.down()
+
+
+def test_a_wait_ends_on_a_program_not_found_once_the_rest_is_ready(reconcile: Any) -> None:
+    """`--once --wait` waited out its whole --timeout on an engine that never ran (its
+    retries fail the same way): it ends once the rest is Ready, saying why."""
+    rc = reconcile
+    bindir = rc.tmp / "bin"
+    _searched(rc, bindir)
+    rc.write("web", basePort=rc.port)
+    rc.write("typo", basePort=rc.port + 1, command=[PROGRAM, "{port}", "{name}"])
+    started = time.monotonic()
+    result = rc("--once", "--wait", "--timeout", "5m", check=1, timeout=400)
+    assert time.monotonic() - started < 240, result  # not the 5m timeout (generous: load)
+    assert "timed out" not in result.err, result
+    said = f"cannot progress without you: typo did not start: cannot exec '{PROGRAM}'"
+    assert said in result.err, result
+    assert rc.status("web")["web"]["phase"] == "Ready"
+    rc.down()
