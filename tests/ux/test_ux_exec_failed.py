@@ -34,11 +34,23 @@ def _searched(rc: Any, bindir: Path) -> None:
     rc.env["PATH"] = f"{bindir}{os.pathsep}{os.environ['PATH']}"
 
 
+def _node_used(rc: Any) -> None:
+    """A pass on this state dir (of an empty set, starting nothing): `plan` then judges a
+    program by its own PATH, as a `--once` from here would exec it. On a state dir no pass
+    used (a CI runner's) it does not: the runner's programs are not the node's."""
+    empty = rc.tmp / "empty"
+    empty.mkdir()
+    rc("--once", "-f", str(empty), "--allow-empty", check=0)
+
+
 def test_a_program_not_on_path_fails_plan_and_once_until_it_is_installed(reconcile: Any) -> None:
     rc = reconcile
     bindir = rc.tmp / "bin"
     _searched(rc, bindir)
     rc.write("typo", command=[PROGRAM, "{port}", "{name}"])
+    ci = rc("plan", check=2)  # a fresh state dir: a CI plan, not judged by this PATH
+    assert "a start would fail" not in ci.out and "+ typo" in ci.out, ci
+    _node_used(rc)
     said = f"cannot exec '{PROGRAM}': No such file or directory: install it or correct {FIELD}"
     where = f"searched reconcile's own PATH (spec.env's PATH sets another): {bindir}{os.pathsep}"
     before = rc("plan", check=1)  # before any start: --once would exit 1
@@ -69,6 +81,7 @@ def test_a_file_not_executable_fails_plan_and_once_until_it_is_made_so(reconcile
     _install(engine, rc)
     engine.chmod(0o644)
     rc.write("noexec", command=[str(engine), "{port}", "{name}"])
+    _node_used(rc)
     said = f"cannot exec '{engine}': Permission denied: install it or correct {FIELD}"
     before = rc("plan", check=1)
     assert f"noexec: a start would fail: {said}" in before.out, before

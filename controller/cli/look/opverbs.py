@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -266,7 +267,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors += _prune_errors(loaded, cfg.allow_empty)
     errors += _stuck(found, observed, cfg.owner, desired.entries.values())
     errors += _unbindable(found, desired.entries, cfg.backend)
-    errors += [f"{c.name}: {c.runs.unrunnable}" for c in found if c.runs and c.runs.unrunnable]
+    if _exec_judged_here(cfg.state_dir):
+        errors += [f"{c.name}: {c.runs.unrunnable}" for c in found if c.runs and c.runs.unrunnable]
     errors += _unreadable_node_config(cfg)
     errors += _source_failing(cfg)
     errors += _replaced(view.backend, cfg)
@@ -368,6 +370,27 @@ def _stuck(
     ]
     stuck = pulling.failing(ours, observed.pulls, pulling.sources_of(entries))
     return out + [printable(why) for why in stuck.values()]
+
+
+def _exec_judged_here(state_dir: Path) -> bool:
+    """Whether the PATH this plan looked on is the one a start will exec with: a running
+    daemon's engines get its environment (judged only where its PATH, read from /proc, is
+    ours), a `--once`'s get its own, on a state dir a pass has used. A CI plan against a
+    fresh state dir previews the node: the runner's programs are not the node's."""
+    from controller.host import procscan
+    from controller.store.config import stateid
+    from controller.store.side.daemonset import daemon_pid
+
+    pid = daemon_pid(state_dir)
+    if pid is None:
+        return stateid.peek(state_dir) is not None
+    raw = procscan.environ(pid) if pid else None
+    if raw is None:
+        return False  # not ours to read: its PATH unknown
+    fields = (f.partition(b"=") for f in raw.split(b"\0"))
+    path = next((value for key, _, value in fields if key == b"PATH"), None)
+    ours = os.environ.get("PATH")
+    return path == (None if ours is None else os.fsencode(ours))
 
 
 def _unbindable(found: Iterable[Change], entries: Mapping[str, Entry], backend: str) -> list[str]:
