@@ -113,3 +113,30 @@ def test_a_wait_ends_on_a_program_not_found_once_the_rest_is_ready(reconcile: An
     assert said in result.err, result
     assert rc.status("web")["web"]["phase"] == "Ready"
     rc.down()
+
+
+def test_plan_judges_a_program_by_the_daemons_path_only_where_it_is_its_own(
+    reconcile: Any,
+) -> None:
+    """Beside a running daemon the engines get the daemon's PATH, not the plan's shell's:
+    `plan` says a program would not be found only where the two are the same (read from
+    the daemon's /proc environment), and never guesses otherwise."""
+    from controller.store.side.daemonset import daemon_pid
+
+    rc = reconcile
+    bindir = rc.tmp / "bin"
+    _searched(rc, bindir)
+    empty = rc.tmp / "empty"
+    empty.mkdir()
+    # A cold start (exec'd, as systemd starts it), so its /proc environment is its own.
+    daemon = rc.spawn(rc.argv("-f", str(empty), "--allow-empty", "--resync", "1h"))
+    rc.wait_for(lambda: daemon_pid(rc.state), timeout=120, what="the daemon's lock")
+    rc.write("typo", command=[PROGRAM, "{port}", "{name}"])
+    same = rc("plan", check=1)  # the daemon's PATH is this plan's: judged
+    assert f"typo: a start would fail: cannot exec '{PROGRAM}'" in same.out, same
+    other = {"PATH": f"{rc.tmp}{os.pathsep}{os.environ['PATH']}"}
+    guessed = rc("plan", check=2, env=other)  # another PATH than the daemon's: not judged
+    assert "a start would fail" not in guessed.out and "+ typo" in guessed.out, guessed
+    daemon.terminate()
+    assert daemon.wait(timeout=120) == 0
+    assert rc.record("typo") is None  # the daemon followed another folder: nothing started
