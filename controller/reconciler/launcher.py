@@ -254,7 +254,7 @@ class Launcher:
             return True
         except SpawnError as exc:
             # A runtime's refusal says its own next move; a missing program has ours.
-            hint = "" if isinstance(exc, ContainerError) else self._no_program(launch)
+            hint = "" if isinstance(exc, ContainerError) else self._no_program(launch, exc)
             _not_started(log_path, f"{exc}{hint}")
             # An exec that failed is recorded as such (``Record.exec_failed``): --once
             # exits 1 on it, as Kubernetes shows RunContainerError at once.
@@ -293,11 +293,12 @@ class Launcher:
         self.event(name, verb, place, f"spawned pid {ref.pid}")
         return True
 
-    def _no_program(self, launch: StartRequest) -> str:
-        """The next move for a program not found, with the PATH searched where this node's
-        (a cluster's node searches its own, which this process does not know)."""
+    def _no_program(self, launch: StartRequest, exc: SpawnError) -> str:
+        """The next move for a program not found, with the PATH its exec searched where
+        that is known: this node's (a cluster's node searches its own)."""
         program = launch.rendered.argv[0] if launch.rendered.argv else ""
-        looked = None if self.backend.places_engines else engine_path(program, launch.rendered.env)
+        known = isinstance(exc, ExecFailed) and not self.backend.places_engines
+        looked = engine_path(program, launch.rendered.env) if known else None
         return no_program(launch.entry, looked)
 
     def _port_taken(self, record: Record) -> int | None:
