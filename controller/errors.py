@@ -9,6 +9,7 @@ ReconcileError
 ├── BackendUnavailable(ConnectionError)  the cluster backend cannot be reached (retry may help)
 ├── NotProvenOurs                  a live engine this user cannot prove ours: not signalled
 └── SpawnError(OSError)            the engine could not be exec'd
+    ├── ExecFailed                 its program's exec failed (not found, not executable)
     ├── ContainerError             its container runtime refused (the runtime's words)
     │   └── ImagePullFailed        its image's pull ended without it (backs off holding nothing)
     └── Unplaceable                the cluster has no room for it now (the record goes Pending)
@@ -40,6 +41,16 @@ class LockTimeout(ReconcileError, TimeoutError):
 
 class SpawnError(ReconcileError, OSError):
     """The engine could not be exec'd (missing program, permissions)."""
+
+
+class ExecFailed(SpawnError):
+    """The exec of the engine's program failed (no such file, not executable): a start
+    that failed before any engine ran, which ``--once`` and ``plan`` exit 1 on until a
+    start gets through. ``code`` is the exit of the process that tried (127, as a shell's)."""
+
+    def __init__(self, words: str, code: int | None = None) -> None:
+        super().__init__(words)
+        self.code = code
 
 
 class ContainerError(SpawnError):

@@ -36,6 +36,19 @@ def engine_env(rendered: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def engine_path(program: str, rendered: Mapping[str, str]) -> str | None:
+    """Where an engine's start looks for ``program``, for its "cannot exec" hint: the PATH
+    its environment (``engine_env``) holds, and whose that is; None for a path (a name
+    with a slash is exec'd as is, no PATH searched)."""
+    if "/" in program:
+        return None
+    if "PATH" in rendered:
+        return f"searched spec.env's PATH: {rendered['PATH']}"
+    if "PATH" in os.environ:  # what engine_env passes on
+        return f"searched reconcile's own PATH (spec.env's PATH sets another): {os.environ['PATH']}"
+    return f"the engine's environment has no PATH: searched the default, {os.defpath}"
+
+
 @dataclass(frozen=True, slots=True)
 class Held:
     """Why a running engine keeps serving rather than being stopped for its new spec
@@ -64,6 +77,9 @@ class CommandLine:
 
     argv: tuple[str, ...]
     env: tuple[str, ...]
+    # Why its exec would fail, with the next move (a process whose program is not where
+    # its start looks); None: it would exec, or this backend cannot tell from here.
+    unrunnable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

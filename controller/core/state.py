@@ -167,6 +167,11 @@ RUN_UNSAID = "its container's run said no exit code"
 # Why a container engine ended, when its runtime says the kernel's OOM killer ended it
 # (Kubernetes' word for a container's last state).
 OOM_KILLED = "OOMKilled"
+# Why a start ended before any engine ran: its program's exec failed (not found, not
+# executable; the record's message says which, and the next move). Its code is the exit of
+# the process that tried (127, as a shell's). A release before this one reads the reason
+# as any other string ("exited with code 127"): the record stays a version-3 file.
+CANNOT_EXEC = "CannotExec"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -179,6 +184,9 @@ class ExitInfo:
     def __str__(self) -> str:
         if self.signal is not None:
             return f"killed by signal {self.signal}"
+        if self.reason == CANNOT_EXEC:
+            code = "" if self.code is None else f" (exit code {self.code})"
+            return f"its program could not be exec'd{code}: no engine ran"
         if self.code is not None and self.reason == OOM_KILLED:
             return f"exited with code {self.code} (OOMKilled: out of memory)"
         if self.code is not None:
@@ -322,6 +330,14 @@ class Record:
         died is a crash the restart may well cure: not yet a loop). `--once` and `plan`
         exit 1 on it: it goes on by itself, never better, until someone looks."""
         return self.phase is Phase.BACKOFF and self.restarts > 0 and self.ready_at is None
+
+    @property
+    def exec_failed(self) -> bool:
+        """In back-off because its last start could not exec its program (Kubernetes'
+        RunContainerError): no engine ran, and none will until someone installs it or
+        fixes the spec. `--once` and `plan` exit 1 on it; the retries go on meanwhile."""
+        ended = self.last_exit
+        return self.phase is Phase.BACKOFF and ended is not None and ended.reason == CANNOT_EXEC
 
     @property
     def on_demand(self) -> bool:

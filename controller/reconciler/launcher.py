@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, assert_never
 
 from controller import failpoints
-from controller.backends.base import Backend, Held, Puller, StartRequest
+from controller.backends.base import Backend, Held, Puller, StartRequest, engine_path
 from controller.core.actions import (
     Fail,
     Fetch,
@@ -34,14 +34,16 @@ from controller.core.actions import (
     Start,
     Stop,
 )
+from controller.core.engines.program import no_program
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import base_name, instance_of, is_next
 from controller.core.manifest.specs import Entry, next_name
 from controller.core.plan import backoff, restarts_after
-from controller.core.state import ExitInfo, Phase, Record, UnreadExit
+from controller.core.state import CANNOT_EXEC, ExitInfo, Phase, Record, UnreadExit
 from controller.errors import (
     ContainerError,
     ContainerExited,
+    ExecFailed,
     ImagePullFailed,
     NotProvenOurs,
     PullingFirst,
@@ -252,9 +254,12 @@ class Launcher:
             return True
         except SpawnError as exc:
             # A runtime's refusal says its own next move; a missing program has ours.
-            hint = "" if isinstance(exc, ContainerError) else _no_program(entry)
+            hint = "" if isinstance(exc, ContainerError) else self._no_program(launch, exc)
             _not_started(log_path, f"{exc}{hint}")
-            self._back_off(record, f"{exc}{hint}")
+            # An exec that failed is recorded as such (``Record.exec_failed``): --once
+            # exits 1 on it, as Kubernetes shows RunContainerError at once.
+            ended = _cannot_exec(exc, self.maker.now())
+            self._back_off(record, f"{exc}{hint}", ended)
             self.event(name, verb, "spawn", "failed", error=str(exc))
             return True
         failpoints.hit("executor.spawn.before_record")
@@ -262,7 +267,7 @@ class Launcher:
         ref = where.ref
         assert ref is not None
         started = replace(
-            record,
+            _exec_forgotten(record),  # it exec'd: an earlier start's failure is over
             ref=ref,
             container=where.container,
             node=where.node,
@@ -287,6 +292,14 @@ class Launcher:
             self.event(name, "pull", where.message, "pulled", image=kept.image, digest=kept.digest)
         self.event(name, verb, place, f"spawned pid {ref.pid}")
         return True
+
+    def _no_program(self, launch: StartRequest, exc: SpawnError) -> str:
+        """The next move for a program not found, with the PATH its exec searched where
+        that is known: this node's (a cluster's node searches its own)."""
+        program = launch.rendered.argv[0] if launch.rendered.argv else ""
+        known = isinstance(exc, ExecFailed) and not self.backend.places_engines
+        looked = engine_path(program, launch.rendered.env) if known else None
+        return no_program(launch.entry, looked)
 
     def _port_taken(self, record: Record) -> int | None:
         """A leased port another process bound since the lease chose it (a bind probe now,
@@ -359,6 +372,8 @@ class Launcher:
         start that never ran waits at least the first back-off (``delay``: an exit's)."""
         delay = backoff(max(record.restarts, 1)) if delay is None else delay
         until = self.maker.now() + timedelta(seconds=delay)
+        if ended is None:  # "could not exec" is said of the last start only
+            record = _exec_forgotten(record)
         backing_off = replace(record, phase=Phase.BACKOFF, backoff_until=until, message=message)
         self.store.write(backing_off if ended is None else replace(backing_off, last_exit=ended))
 
@@ -859,28 +874,19 @@ def _not_started(log_path: Path, why: str) -> None:
     logfiles.write_note(log_path, f"not started: {why}")
 
 
-def _no_program(entry: Entry) -> str:
-    """The next move for an engine whose program is not on this node, at the field that
-    names it (``engine: command``'s is its argv's first word, a typo there the likeliest
-    cause). ``spec.image`` alone reads as "run this image" to whoever comes from compose
-    or Kubernetes; it is export's, and the engine ran (and failed) as a process."""
-    spec = entry.deployment.spec
-    if spec.executable is not None:
-        loc: tuple[str | int, ...] = ("spec", "executable")
-        hint = ": install it or correct spec.executable"
-    elif spec.engine == "command":
-        loc = ("spec", "command", 0)
-        hint = ": install it or correct spec.command[0] (a program on PATH, or its path)"
-    else:
-        loc = ("spec", "engine")
-        hint = ": install the engine or set spec.executable"
-    hint += f" ({entry.source}:{entry.line_at(loc)})"
-    if spec.image is not None and spec.container is None:
-        hint += (
-            f", or run it in that image: `container: {{image: {spec.image}}}` "
-            "(spec.image alone is for `reconcile export`)"
-        )
-    return hint
+def _cannot_exec(exc: SpawnError, now: datetime) -> ExitInfo | None:
+    """The last exit of a start whose program's exec failed (its code the gate's 127);
+    None for any other refusal (a runtime's, a cluster's), which says its own words."""
+    if not isinstance(exc, ExecFailed):
+        return None
+    return ExitInfo(code=exc.code, at=now, reason=CANNOT_EXEC)
+
+
+def _exec_forgotten(rec: Record) -> Record:
+    """``rec`` without a last exit that says an exec failed: once a later start went
+    further (it ran, or backed off for another reason) that is no longer what stops it."""
+    ended = rec.last_exit
+    return replace(rec, last_exit=None) if ended and ended.reason == CANNOT_EXEC else rec
 
 
 def _unleased(rec: Record) -> Record:

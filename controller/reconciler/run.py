@@ -62,7 +62,7 @@ from controller.core.manifest.specs import (
 )
 from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
 from controller.core.pulls import PullView
-from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
+from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record, backoff_cause
 from controller.errors import ConfigError
 from controller.host import bootclock, gpuhealth
 from controller.host.devices import gpu_memory
@@ -196,7 +196,7 @@ class PassResult:
             out.append(f"git: {self.git.daemon_failing}")
         if self.prune_blocked and not self.missing_folders and not self.unfetched:
             out.append(f"{self.no_manifest or 'no manifest'}: {NOTHING_PRUNED}")
-        out += [crash_text(r) for r in self.ours() if r.crash_looping]
+        out += [failed_text(r) for r in self.ours() if r.exec_failed or r.crash_looping]
         out += self.conflicts()  # a log line alone: `--once -q` exited 1 saying nothing
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
         out += self.held_changes()
@@ -1211,6 +1211,17 @@ def _unplaced(rec: Record) -> bool:
 def crash_text(rec: Record) -> str:
     """A crash-looping record, for `--once`'s and `plan`'s errors."""
     return f"{rec.name} is crash-looping ({rec.message or 'BackOff'})"
+
+
+def exec_text(rec: Record) -> str:
+    """A record whose last start could not exec its program, for `--once`'s, `--wait`'s
+    and `plan`'s errors: its message names the program and the next move."""
+    return f"{rec.name} did not start: {backoff_cause(rec.message)} (retried in its back-off)"
+
+
+def failed_text(rec: Record) -> str:
+    """Why ``rec`` (crash-looping, or its program not exec'd) fails `--once`."""
+    return exec_text(rec) if rec.exec_failed else crash_text(rec)
 
 
 def count_kept(current: Record | None, taken: Lease | Record) -> Lease | Record:

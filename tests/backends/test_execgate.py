@@ -91,3 +91,38 @@ def test_the_gate_imports_only_what_it_runs(tmp_path: Path) -> None:
     assert "os" in imported, out.stderr  # the premise: -X importtime lists its imports
     heavy = {"json", "subprocess", "contextlib", "typing", "re", "collections", "selectors"}
     assert not imported & heavy, sorted(imported & heavy)
+
+
+def test_a_program_the_exec_would_not_find_or_run_is_said_before_any_start(
+    tmp_path: Path,
+) -> None:
+    """`plan`'s check: the program looked for as the gate's execvpe will, on the PATH the
+    engine is given, with the words its exec would fail with (real files, no exec)."""
+    found, empty = tmp_path / "found", tmp_path / "empty"
+    found.mkdir()
+    empty.mkdir()
+    program = found / "engine"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    assert execgate.unrunnable("engine", {"PATH": f"{empty}:{found}"}) is None
+    nowhere = execgate.unrunnable("engine", {"PATH": str(empty)})
+    assert nowhere == os.strerror(errno.ENOENT)
+    assert execgate.unrunnable(str(program), {"PATH": str(empty)}) is None  # a path: as is
+    program.chmod(0o644)
+    denied = os.strerror(errno.EACCES)  # root too: exec needs an x bit, and none is set
+    assert execgate.unrunnable(str(program), {}) == denied
+    assert execgate.unrunnable("engine", {"PATH": str(found)}) == denied
+    # Another working directory's: not judged from here.
+    assert execgate.unrunnable("./engine", {}) is None
+    assert execgate.unrunnable("engine", {"PATH": f"bin:{empty}"}) is None
+
+
+def test_an_exec_that_fails_is_told_from_a_spawn_refused(tmp_path: Path) -> None:
+    """The exec's own failure is ExecRefused (the launcher records it as such); what no
+    exec can take is refused before any gate runs, as a plain OSError."""
+    with pytest.raises(execgate.ExecRefused) as refused:
+        _spawned(tmp_path, [str(tmp_path / "no-such-engine")], {})
+    assert refused.value.errno == errno.ENOENT
+    with pytest.raises(OSError) as wired:
+        _spawned(tmp_path, ["sh", "a\0b"], {})
+    assert not isinstance(wired.value, execgate.ExecRefused)

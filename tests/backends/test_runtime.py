@@ -31,7 +31,7 @@ from controller.backends.local.runtime import (
     LocalBackend,
 )
 from controller.core.state import ProcessRef
-from controller.errors import SpawnError
+from controller.errors import ExecFailed
 from controller.host import ports, sockdiag
 from controller.host.ports import listening_ports, port_bindable
 from controller.host.procs import identity
@@ -193,8 +193,11 @@ def test_output_goes_to_the_log(rt: LocalBackend, tmp_path: Path) -> None:
 
 
 def test_missing_executable_is_a_spawn_error(rt: LocalBackend, tmp_path: Path) -> None:
-    with pytest.raises(SpawnError, match="cannot exec '/nonexistent/engine'"):
+    """An exec that failed is told apart by its type (not its words): ``ExecFailed``, with
+    the gate's exit code, what --once and plan exit 1 on."""
+    with pytest.raises(ExecFailed, match="cannot exec '/nonexistent/engine'") as failed:
         spawn(rt, ["/nonexistent/engine"], tmp_path)
+    assert failed.value.code == 127
 
 
 def test_exit_status_of_our_children(rt: LocalBackend, tmp_path: Path) -> None:

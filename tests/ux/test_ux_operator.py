@@ -341,7 +341,8 @@ def test_a_program_not_found_names_the_field_and_line_that_name_it(reconcile: An
     """A typo in an `engine: command` program said `install the engine or set
     spec.executable`: a field that is no fix for a command's argv, and no file or line.
     Now the message names the field that names the program (spec.command[0], or
-    spec.executable where set), the manifest and the line."""
+    spec.executable where set), the manifest and the line (and, for a bare name, the PATH
+    its start searched)."""
     rc = reconcile
     typo = rc.write("typo", command=["pyhton3-no-such", "-m", "http.server", "{port}"])
     exe = rc.write("exe", command=["python3", "{port}"], executable="/no/such/engine")
@@ -355,7 +356,8 @@ def test_a_program_not_found_names_the_field_and_line_that_name_it(reconcile: An
     )
     assert status["typo"]["message"] == (
         "cannot exec 'pyhton3-no-such': No such file or directory: install it or correct "
-        f"spec.command[0] (a program on PATH, or its path) ({typo}:{typo_line})"
+        f"spec.command[0] (a program on PATH, or its path) ({typo}:{typo_line}); searched "
+        f"reconcile's own PATH (spec.env's PATH sets another): {rc.env['PATH']}"
     ), status["typo"]
     assert status["exe"]["message"] == (
         "cannot exec '/no/such/engine': No such file or directory: install it or correct "

@@ -32,6 +32,11 @@ NOT_TOLD = 125  # the spawn sent nothing: its pass is gone, and so is the engine
 NO_EXEC = 127  # as a shell says of a command it cannot run
 
 
+class ExecRefused(OSError):
+    """The gate's exec of the engine's program failed (its errno and words): the
+    program's own failure, told apart from a spawn refused before any gate ran."""
+
+
 def spawn(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -43,7 +48,7 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """``argv`` exec'd with ``env`` in a new session, its output to ``log_fd``, once
     ``before_exec`` (given the pid the engine will have) has returned. OSError, as
-    Popen raises it, when the exec fails."""
+    Popen raises it, when the spawn fails; ExecRefused when the exec itself does."""
     import subprocess
 
     told = _wire(argv, env)  # refused here, before anything runs
@@ -69,6 +74,30 @@ def spawn(
         os.close(go_read)
         os.close(status_write)
     return _exec(child, told, before_exec=before_exec, go=go, status=status)
+
+
+def unrunnable(program: str, env: Mapping[str, str]) -> str | None:
+    """Why the gate's exec of ``program`` with ``env`` would fail, as its ``strerror``
+    says it ("No such file or directory", "Permission denied"), found as ``os.execvpe``
+    finds it: a name with a slash as is, a bare name on ``env``'s PATH (else the default).
+    None where it would run, or where this process cannot know (a relative path, or a
+    relative PATH entry: another working directory's; a file exec refuses for its format)."""
+    if "/" in program:
+        return None if not os.path.isabs(program) else _refusal([program])
+    folders = os.get_exec_path(dict(env))
+    if not all(os.path.isabs(folder) for folder in folders):
+        return None
+    return _refusal([os.path.join(folder, program) for folder in folders])
+
+
+def _refusal(candidates: list[str]) -> str | None:
+    """None if one of ``candidates`` is a file this user may exec; else exec's words for
+    the first that exists (execvpe's EACCES), else "No such file or directory"."""
+    if any(os.path.isfile(c) and os.access(c, os.X_OK) for c in candidates):
+        return None
+    if any(os.path.exists(c) for c in candidates):
+        return os.strerror(errno.EACCES)
+    return os.strerror(errno.ENOENT)
 
 
 def _wire(argv: Sequence[str], env: Mapping[str, str]) -> bytes:
@@ -105,7 +134,7 @@ def _exec(
     child.wait()
     number, _, words = said.partition(" ")
     if number.isdigit():
-        raise OSError(int(number), words)
+        raise ExecRefused(int(number), words)
     raise OSError(f"the engine's process ended before its exec (exit {child.returncode})")
 
 

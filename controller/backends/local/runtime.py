@@ -42,9 +42,11 @@ from controller.backends.base import (
     Held,
     StartRequest,
     engine_env,
+    engine_path,
 )
 from controller.backends.local import execgate
 from controller.core.devices.inventory import Inventory
+from controller.core.engines.program import no_program
 from controller.core.imagepulls import ImageWait
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import instance_of
@@ -57,7 +59,7 @@ from controller.core.state import (
     ProcessRef,
     Record,
 )
-from controller.errors import ContainerError, NotProvenOurs, SpawnError
+from controller.errors import ContainerError, ExecFailed, NotProvenOurs, SpawnError
 from controller.host import cgroups, ports, procpsutil, procscan, procstat
 from controller.host.devices import wait_gpu_release
 from controller.host.procs import identity, live_identity, process_alive, ref_of
@@ -331,7 +333,8 @@ class LocalBackend:
     def command_line(self, launch: StartRequest) -> CommandLine | None:
         rendered, rec = launch.rendered, launch.record
         if launch.entry.deployment.spec.container is None:
-            return CommandLine(tuple(redact_args(rendered.argv)), tuple(sorted(rendered.env)))
+            shown = tuple(redact_args(rendered.argv))
+            return CommandLine(shown, tuple(sorted(rendered.env)), _unrunnable(launch))
         from controller.backends.local.container import Passed, container_env
 
         assert rec.nonce is not None
@@ -454,7 +457,10 @@ class LocalBackend:
             self.notes.forget(nonce)  # its process never became the engine
             if cg is not None:
                 cgroups.remove(cg)  # the gate has ended: nothing is left in it
-            raise SpawnError(f"cannot exec {argv[0]!r}: {exc.strerror or exc}") from exc
+            said = f"cannot exec {argv[0]!r}: {exc.strerror or exc}"
+            if isinstance(exc, execgate.ExecRefused):  # the program's: --once exits 1 on it
+                raise ExecFailed(said, execgate.NO_EXEC) from exc
+            raise SpawnError(said) from exc
         finally:
             os.close(log_fd)
         self._children[child.pid] = child
@@ -963,6 +969,18 @@ class LocalBackend:
                 raise
             return None
         return ref.pid
+
+
+def _unrunnable(launch: StartRequest) -> str | None:
+    """Why ``launch``'s exec would fail, found where its start will look (the PATH of
+    ``engine_env``, as the gate's exec is given it), with the launcher's next move."""
+    rendered = launch.rendered
+    program = rendered.argv[0] if rendered.argv else ""
+    why = execgate.unrunnable(program, engine_env(rendered.env)) if program else None
+    if why is None:
+        return None
+    hint = no_program(launch.entry, engine_path(program, rendered.env))
+    return f"a start would fail: cannot exec {program!r}: {why}{hint}"
 
 
 def _gate_env() -> dict[str, str]:

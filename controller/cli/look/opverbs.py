@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -266,6 +267,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors += _prune_errors(loaded, cfg.allow_empty)
     errors += _stuck(found, observed, cfg.owner, desired.entries.values())
     errors += _unbindable(found, desired.entries, cfg.backend)
+    if _exec_judged_here(cfg.state_dir):
+        errors += [f"{c.name}: {c.runs.unrunnable}" for c in found if c.runs and c.runs.unrunnable]
     errors += _unreadable_node_config(cfg)
     errors += _source_failing(cfg)
     errors += _replaced(view.backend, cfg)
@@ -348,9 +351,10 @@ def _stuck(
     found: Iterable[Change], observed: Observed, owner: str, entries: Iterable[Entry]
 ) -> list[str]:
     """What `--once` exits 1 on that no pass changes by itself: this set's deployments the
-    plan leaves Failed or crash-looping, and pulls that keep failing (as `--once` says)."""
+    plan leaves Failed, crash-looping or backing off from a program not exec'd, and pulls
+    that keep failing (as `--once` says)."""
     from controller.reconciler import pulling
-    from controller.reconciler.run import crash_text
+    from controller.reconciler.run import failed_text
 
     ours = [v.record for v in observed.records.values() if v.record.owner == owner]
     left = {c.name for c in found if c.kind == "unchanged"}
@@ -359,9 +363,34 @@ def _stuck(
         for r in ours
         if r.name in left and r.phase is Phase.FAILED
     ]
-    out += [printable(crash_text(r)) for r in ours if r.name in left and r.crash_looping]
+    out += [
+        printable(failed_text(r))
+        for r in ours
+        if r.name in left and (r.crash_looping or r.exec_failed)
+    ]
     stuck = pulling.failing(ours, observed.pulls, pulling.sources_of(entries))
     return out + [printable(why) for why in stuck.values()]
+
+
+def _exec_judged_here(state_dir: Path) -> bool:
+    """Whether the PATH this plan looked on is the one a start will exec with: a running
+    daemon's engines get its environment (judged only where its PATH, read from /proc, is
+    ours), a `--once`'s get its own, on a state dir a pass has used. A CI plan against a
+    fresh state dir previews the node: the runner's programs are not the node's."""
+    from controller.host import procscan
+    from controller.store.config import stateid
+    from controller.store.side.daemonset import daemon_pid
+
+    pid = daemon_pid(state_dir)
+    if pid is None:
+        return stateid.peek(state_dir) is not None
+    raw = procscan.environ(pid) if pid else None
+    if raw is None:
+        return False  # not ours to read: its PATH unknown
+    fields = (f.partition(b"=") for f in raw.split(b"\0"))
+    path = next((value for key, _, value in fields if key == b"PATH"), None)
+    ours = os.environ.get("PATH")
+    return path == (None if ours is None else os.fsencode(ours))
 
 
 def _unbindable(found: Iterable[Change], entries: Mapping[str, Entry], backend: str) -> list[str]:

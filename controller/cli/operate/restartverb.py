@@ -243,6 +243,8 @@ def _left(instances: list[Record], expected: dict[str, str | None], at: datetime
             return f"replacing {rec.name}"
         if rec.phase in STUCK:
             return f"cannot start {rec.name} ({rec.phase}): {rec.message}"
+        if rec.exec_failed:  # its program's words and the next move, not "exit 127"
+            return f"cannot start {rec.name}: {backoff_cause(rec.message)}"
         if rec.phase is Phase.BACKOFF and rec.restarts > 0 and rec.ready_at is None:
             why = str(rec.last_exit) if rec.last_exit else backoff_cause(rec.message)
             return f"cannot bring {rec.name} up: crash-looping ({why})"

@@ -30,7 +30,7 @@ from controller.core.state import STUCK, MarkedProcess, Phase, Record, backoff_c
 from controller.logsetup import apply as apply_log_setup
 from controller.logsetup import get_logger, structlog_module, terminal
 from controller.reconciler import pulling
-from controller.reconciler.run import PassResult, Reconciler
+from controller.reconciler.run import PassResult, Reconciler, exec_text
 from controller.reconciler.strays import named_by
 from controller.redact import printable
 from controller.store.instances.records import RecordProblem
@@ -121,12 +121,13 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
             for why in failing:
                 print(f"error: {printable(why)}", file=sys.stderr)
             return not failing
-        # A crash loop, an image no retry can pull, or a pull failing again and again goes
-        # on by itself for good.
+        # A crash loop, an image no retry can pull, a pull failing again and again, or a
+        # program its start could not exec goes on by itself for good.
         looping = _looping(result, restarts)
         looping |= _pull_failed(result, restarts)
         looping |= _kept_for_good(result, retried)
         looping |= pulling.failing(result.ours(), result.pulls, result.sources)
+        looping |= {r.name: exec_text(r) for r in result.ours() if r.exec_failed}
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
         stuck = printable(stuck)  # engines' words: shown in a terminal, never acted on
         # What needs the user (a broken manifest, no capacity) ends the wait only once
@@ -302,7 +303,8 @@ def progress(rec: Record, probe: str | None, now: datetime, state_dir: Path) -> 
         return f"{elapsed}/{limit}{answer}"
     if rec.phase is Phase.BACKOFF and rec.backoff_until:
         left = max((rec.backoff_until - now).total_seconds(), 0)
-        why = str(rec.last_exit) if rec.last_exit else backoff_cause(rec.message)
+        ended = rec.last_exit if not rec.exec_failed else None  # its words say more than 127
+        why = str(ended) if ended else backoff_cause(rec.message)
         return f"restart in {format_age(left)}" + (f"  ({why})" if why else "")
     if rec.phase is Phase.READY and rec.ready_at and rec.started_at:
         return f"ready after {(rec.ready_at - rec.started_at).total_seconds():.1f}s"

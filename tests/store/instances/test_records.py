@@ -21,6 +21,7 @@ from fsevents import Writes
 from strategies import record
 
 from controller.core.state import (
+    CANNOT_EXEC,
     NEWEST_VERSION,
     VERSION,
     ContainerRef,
@@ -438,6 +439,24 @@ def test_only_a_record_holding_an_unread_exit_is_written_as_version_4() -> None:
     assert from_json(json.dumps(held)) == full_record()
     with pytest.raises(RecordInvalid, match="unread_exit: unknown field"):
         from_json(json.dumps({**held, "version": 3}))  # version 3 never wrote one
+
+
+def test_a_start_that_could_not_exec_is_a_version_3_record_that_says_so() -> None:
+    """An exec that failed is said by the last exit's reason (a string the release before
+    reads as any other), no new field: the record stays a version-3 file it reads as is,
+    and ``exec_failed`` (what --once and plan exit 1 on) reads it, in BackOff only."""
+    failed = dataclasses.replace(
+        full_record(),
+        unread_exit=None,
+        ref=None,
+        last_exit=ExitInfo(code=127, at=NOW, reason=CANNOT_EXEC),
+    )
+    doc = json.loads(to_json(failed))
+    assert doc["version"] == VERSION == 3 and doc["last_exit"]["reason"] == "CannotExec"
+    assert record_v3(doc) == failed and from_json(json.dumps(doc)).exec_failed
+    assert str(failed.last_exit) == "its program could not be exec'd (exit code 127): no engine ran"
+    assert not dataclasses.replace(failed, phase=Phase.STARTING).exec_failed
+    assert not full_record().exec_failed  # an exit of its own: a crash, not this
 
 
 def test_reads_what_earlier_releases_wrote() -> None:
