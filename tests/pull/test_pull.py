@@ -4,6 +4,7 @@ the entry lock, and a pull process killed with SIGKILL mid-way."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -157,15 +158,9 @@ def test_a_urls_credentials_are_not_sent_on_to_a_redirects_host(tmp_path: Path) 
             def log_message(self, format: str, *args: Any) -> None:
                 return None
 
-        mirror = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
-        threading.Thread(target=mirror.serve_forever, daemon=True).start()
-        try:
-            port = mirror.server_address[1]
+        with _handled_by(Redirect) as port:
             job = url_job(tmp_path, f"http://puller:hunter2@127.0.0.1:{port}/tiny.gguf")
             assert worker.run(job) == 0, entry_of(job).result()
-        finally:
-            mirror.shutdown()
-            mirror.server_close()
         assert cdn.authorizations == [None]
 
 
@@ -195,17 +190,23 @@ def test_a_urls_credentials_follow_a_redirect_to_the_same_host(tmp_path: Path) -
         def log_message(self, format: str, *args: Any) -> None:
             return None
 
-    mirror = ThreadingHTTPServer(("127.0.0.1", 0), Mirror)
-    threading.Thread(target=mirror.serve_forever, daemon=True).start()
-    try:
-        port = mirror.server_address[1]
+    with _handled_by(Mirror) as port:
         job = url_job(tmp_path, f"http://puller:hunter2@127.0.0.1:{port}/latest.gguf")
         assert worker.run(job) == 0, entry_of(job).result()
-    finally:
-        mirror.shutdown()
-        mirror.server_close()
     assert asked == [("/latest.gguf", basic), ("/tiny.gguf", basic)]
     assert (entry_of(job).folder / "latest.gguf").read_bytes() == DATA
+
+
+@contextlib.contextmanager
+def _handled_by(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """A server of ``handler`` on a free port of 127.0.0.1, its port; shut at the end."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_wrong_password_is_a_401_saying_where_credentials_go(tmp_path: Path) -> None:
